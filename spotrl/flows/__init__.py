@@ -1,0 +1,1 @@
+"""Prefect flows, the run config and the `spotrl` command line."""

@@ -1,0 +1,1 @@
+"""Everything that runs on the accelerator: transformer, sampler, tokenizer, losses, train step."""

@@ -1,0 +1,44 @@
+"""Typed architecture config of the Qwen2/Llama decoder family."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class ModelConfig(BaseModel):
+    """Shape of a decoder-only transformer (Qwen2 / Llama family).
+
+    Defaults are the built-in tiny model that trains on two CPU cores.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    vocab_size: int = Field(16, gt=0)
+    hidden_size: int = Field(96, gt=0)
+    intermediate_size: int = Field(256, gt=0)
+    num_layers: int = Field(3, gt=0)
+    num_heads: int = Field(4, gt=0)
+    num_kv_heads: int = Field(2, gt=0)
+    head_dim: int | None = Field(None, gt=0, description="defaults to hidden_size // num_heads")
+    rope_theta: float = Field(10000.0, gt=0)
+    rms_norm_eps: float = Field(1e-6, gt=0)
+    tie_embeddings: bool = True
+    qkv_bias: bool = False
+    dtype: str = Field("float32", pattern="^(float32|bfloat16)$")
+
+    @model_validator(mode="after")
+    def _check_heads(self) -> "ModelConfig":
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(
+                f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})"
+            )
+        if self.head_dim is None and self.hidden_size % self.num_heads:
+            raise ValueError(
+                f"hidden_size ({self.hidden_size}) must be divisible by num_heads ({self.num_heads}) "
+                "unless head_dim is set"
+            )
+        return self
+
+    @property
+    def resolved_head_dim(self) -> int:
+        return self.head_dim or self.hidden_size // self.num_heads

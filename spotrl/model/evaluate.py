@@ -1,0 +1,32 @@
+"""Held-out evaluation: pass@1 and pass@k from n samples per prompt (unbiased estimator)."""
+
+from __future__ import annotations
+
+import jax
+
+from spotrl.model.passk import mean_pass_at_k
+from spotrl.model.rollout import sample_completions
+from spotrl.model.sampler import SamplingParams
+from spotrl.rewards.score import score
+
+
+def evaluate_pass_at_k(graphdef, state, tokenizer, task: str, prompts, answers, *, n: int, k: int,
+                       sampling: SamplingParams, key: jax.Array) -> dict:
+    completions = sample_completions(graphdef, state, tokenizer, list(prompts), n, sampling, key)
+    rewards = score(task, completions.texts, completions.stopped, [a for a in answers for _ in range(n)])
+    correct = rewards.reshape(len(prompts), n).sum(axis=1)
+    return {
+        "pass_at_1": mean_pass_at_k(correct, n, 1),
+        "pass_at_k": mean_pass_at_k(correct, n, k),
+        "k": k,
+        "n": n,
+        "prompts": len(prompts),
+        "tokens": completions.num_tokens,
+    }
+
+
+def greedy_accuracy(graphdef, state, tokenizer, task: str, prompts, answers, max_new_tokens: int) -> float:
+    sampling = SamplingParams(max_new_tokens=max_new_tokens, stop_token=tokenizer.eos_id,
+                              pad_token=tokenizer.pad_id, temperature=0.0)
+    completions = sample_completions(graphdef, state, tokenizer, list(prompts), 1, sampling, jax.random.key(0))
+    return float(score(task, completions.texts, completions.stopped, list(answers)).mean())

@@ -1,0 +1,122 @@
+"""Jit-compiled autoregressive sampler with a fixed-size KV cache.
+
+Prompts arrive left-padded to a common length P (static), the cache has P + max_new_tokens
+slots, and the decode loop is a `lax.while_loop` that stops as soon as every row has emitted the
+stop token. Returned logprobs are those of the sampled tokens under softmax(logits / temperature)
+before top-k / top-p filtering: the distribution the trainer recomputes, so that on-policy
+importance ratios are 1.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from functools import partial
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from spotrl.model.transformer import causal_mask, init_cache, positions_from_mask
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingParams:
+    max_new_tokens: int
+    stop_token: int
+    pad_token: int = 0
+    temperature: float = 1.0  # 0 means greedy
+    top_k: int = 0  # 0 disables
+    top_p: float = 1.0  # 1 disables
+
+
+class SampleOutput(NamedTuple):
+    tokens: jax.Array  # [B, N] generated tokens, pad after the stop token
+    logprobs: jax.Array  # [B, N] behaviour logprobs, 0 after the stop token
+    lengths: jax.Array  # [B] generated tokens including the stop token
+
+
+def filter_logits(logits: jax.Array, top_k: int, top_p: float) -> jax.Array:
+    """Mask (to -inf) the tokens outside the top-k and outside the top-p nucleus."""
+    neg_inf = jnp.finfo(logits.dtype).min
+    if top_k > 0:
+        kth = jax.lax.top_k(logits, top_k)[0][..., -1:]
+        logits = jnp.where(logits < kth, neg_inf, logits)
+    if top_p < 1.0:
+        sorted_logits = jnp.sort(logits, axis=-1)[..., ::-1]
+        probs = jax.nn.softmax(sorted_logits, axis=-1)
+        mass_before = jnp.cumsum(probs, axis=-1) - probs
+        # the smallest logit still inside the nucleus; the top token is always kept
+        keep = mass_before < top_p
+        cutoff = jnp.min(jnp.where(keep, sorted_logits, jnp.inf), axis=-1, keepdims=True)
+        logits = jnp.where(logits < cutoff, neg_inf, logits)
+    return logits
+
+
+def sample_token(key: jax.Array, logits: jax.Array, params: SamplingParams) -> tuple[jax.Array, jax.Array]:
+    """One token per row from logits [B, V], and its behaviour logprob."""
+    if params.temperature == 0.0:
+        token = jnp.argmax(logits, axis=-1)
+        scaled = logits
+    else:
+        scaled = logits / params.temperature
+        token = jax.random.categorical(key, filter_logits(scaled, params.top_k, params.top_p), axis=-1)
+    logprob = jnp.take_along_axis(jax.nn.log_softmax(scaled, axis=-1), token[:, None], axis=-1)[:, 0]
+    return token.astype(jnp.int32), logprob
+
+
+@partial(jax.jit, static_argnames=("graphdef", "params"))
+def _generate(graphdef, state, prompt_tokens, prompt_valid, key, params: SamplingParams) -> SampleOutput:
+    model = nnx.merge(graphdef, state)
+    batch, prompt_len = prompt_tokens.shape
+    new = params.max_new_tokens
+    slots = prompt_len + new
+    key_valid = jnp.concatenate([prompt_valid, jnp.ones((batch, new), bool)], axis=1)
+    positions = positions_from_mask(prompt_valid)
+
+    cache = init_cache(model.config, batch, slots)
+    logits, cache = model(prompt_tokens, positions, causal_mask(jnp.arange(prompt_len), key_valid), cache, 0)
+
+    def cond(carry):
+        i, _, _, done, _, _, _ = carry
+        return (i < new) & ~jnp.all(done)
+
+    def body(carry):
+        i, last_logits, cache, done, pos, tokens, logprobs = carry
+        token, logprob = sample_token(jax.random.fold_in(key, i), last_logits, params)
+        token = jnp.where(done, params.pad_token, token)
+        logprob = jnp.where(done, 0.0, logprob)
+        tokens = tokens.at[:, i].set(token)
+        logprobs = logprobs.at[:, i].set(logprob)
+        done = done | (token == params.stop_token)
+        slot = prompt_len + i
+        mask = causal_mask(jnp.full((1,), slot), key_valid)
+        step_logits, cache = model(token[:, None], pos[:, None], mask, cache, slot)
+        return i + 1, step_logits[:, 0], cache, done, pos + 1, tokens, logprobs
+
+    carry = (
+        jnp.int32(0),
+        logits[:, -1],
+        cache,
+        jnp.zeros((batch,), bool),
+        positions[:, -1] + 1,
+        jnp.full((batch, new), params.pad_token, jnp.int32),
+        jnp.zeros((batch, new), jnp.float32),
+    )
+    _, _, _, _, _, tokens, logprobs = jax.lax.while_loop(cond, body, carry)
+    finished = tokens == params.stop_token
+    first_stop = jnp.argmax(finished, axis=1)
+    lengths = jnp.where(finished.any(axis=1), first_stop + 1, new)
+    return SampleOutput(tokens, logprobs, lengths.astype(jnp.int32))
+
+
+def generate(
+    graphdef: nnx.GraphDef,
+    state: nnx.State,
+    prompt_tokens: jax.Array,
+    prompt_valid: jax.Array,
+    key: jax.Array,
+    params: SamplingParams,
+) -> SampleOutput:
+    """Sample continuations of left-padded prompts [B, P] (prompt_valid marks real tokens)."""
+    return _generate(graphdef, state, jnp.asarray(prompt_tokens, jnp.int32), jnp.asarray(prompt_valid, bool), key, params)

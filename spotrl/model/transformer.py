@@ -1,0 +1,180 @@
+"""A Flax NNX decoder-only transformer of the Qwen2 / Llama family.
+
+Token embedding, RMSNorm, rotary positions (the Hugging Face "rotate half" convention, so that
+checkpoints load unchanged), grouped-query attention, SwiGLU MLP, optionally tied embeddings.
+
+The same call serves training (full sequence, no cache) and sampling (prefill and one-token
+decode steps writing into a fixed-size KV cache): callers pass positions and the attention mask,
+so left-padded prompts and static shapes are the caller's choice, not the model's.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from spotrl.model.config import ModelConfig
+
+_MASK_VALUE = -1e30
+
+
+class LayerCache(NamedTuple):
+    """Keys and values of one layer for every cache slot: [batch, slots, kv_heads, head_dim]."""
+
+    k: jax.Array
+    v: jax.Array
+
+
+def init_cache(cfg: ModelConfig, batch: int, slots: int) -> list[LayerCache]:
+    shape = (batch, slots, cfg.num_kv_heads, cfg.resolved_head_dim)
+    dtype = jnp.dtype(cfg.dtype)
+    return [LayerCache(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype)) for _ in range(cfg.num_layers)]
+
+
+def positions_from_mask(valid: jax.Array) -> jax.Array:
+    """Rotary positions of left-padded rows: 0 at the first real token, padding clamped to 0."""
+    return jnp.maximum(jnp.cumsum(valid.astype(jnp.int32), axis=-1) - 1, 0)
+
+
+def causal_mask(query_slots: jax.Array, key_valid: jax.Array) -> jax.Array:
+    """[B, T, S] mask: query at slot q may see key slot s when s <= q and s holds a real token.
+
+    query_slots: [T] (or [B, T]) slot index of each query; key_valid: [B, S].
+    """
+    slots = jnp.arange(key_valid.shape[-1])
+    q = jnp.broadcast_to(query_slots, (key_valid.shape[0],) + query_slots.shape[-1:])
+    return (slots[None, None, :] <= q[:, :, None]) & key_valid[:, None, :]
+
+
+def rope(x: jax.Array, positions: jax.Array, theta: float) -> jax.Array:
+    """Rotary embedding of x [B, T, heads, D] at integer positions [B, T]."""
+    half = x.shape[-1] // 2
+    inv_freq = 1.0 / (theta ** (jnp.arange(0, half, dtype=jnp.float32) / half))
+    angles = positions[..., None].astype(jnp.float32) * inv_freq  # [B, T, half]
+    angles = jnp.concatenate([angles, angles], axis=-1)[:, :, None, :]
+    cos, sin = jnp.cos(angles), jnp.sin(angles)
+    x32 = x.astype(jnp.float32)
+    rotated = jnp.concatenate([-x32[..., half:], x32[..., :half]], axis=-1)
+    return (x32 * cos + rotated * sin).astype(x.dtype)
+
+
+class RMSNorm(nnx.Module):
+    def __init__(self, dim: int, eps: float, dtype=jnp.float32):
+        self.weight = nnx.Param(jnp.ones((dim,), dtype))
+        self.eps = eps
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        x32 = x.astype(jnp.float32)
+        normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
+        return self.weight.value * normed.astype(x.dtype)
+
+
+class Attention(nnx.Module):
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+        d, hd = cfg.hidden_size, cfg.resolved_head_dim
+        dtype = jnp.dtype(cfg.dtype)
+        dense = lambda i, o, bias: nnx.Linear(i, o, use_bias=bias, param_dtype=dtype, dtype=dtype, rngs=rngs)
+        self.q_proj = dense(d, cfg.num_heads * hd, cfg.qkv_bias)
+        self.k_proj = dense(d, cfg.num_kv_heads * hd, cfg.qkv_bias)
+        self.v_proj = dense(d, cfg.num_kv_heads * hd, cfg.qkv_bias)
+        self.o_proj = dense(cfg.num_heads * hd, d, False)
+        self.num_heads, self.num_kv_heads, self.head_dim = cfg.num_heads, cfg.num_kv_heads, hd
+        self.rope_theta = cfg.rope_theta
+
+    def __call__(self, x, positions, mask, cache: LayerCache | None, cache_index):
+        b, t, _ = x.shape
+        q = self.q_proj(x).reshape(b, t, self.num_heads, self.head_dim)
+        k = self.k_proj(x).reshape(b, t, self.num_kv_heads, self.head_dim)
+        v = self.v_proj(x).reshape(b, t, self.num_kv_heads, self.head_dim)
+        q = rope(q, positions, self.rope_theta)
+        k = rope(k, positions, self.rope_theta)
+        if cache is not None:
+            k = jax.lax.dynamic_update_slice(cache.k, k.astype(cache.k.dtype), (0, cache_index, 0, 0))
+            v = jax.lax.dynamic_update_slice(cache.v, v.astype(cache.v.dtype), (0, cache_index, 0, 0))
+            cache = LayerCache(k, v)
+        groups = self.num_heads // self.num_kv_heads
+        q = q.reshape(b, t, self.num_kv_heads, groups, self.head_dim)
+        scores = jnp.einsum("btkgd,bskd->bkgts", q, k).astype(jnp.float32) * self.head_dim**-0.5
+        scores = jnp.where(mask[:, None, None, :, :], scores, _MASK_VALUE)
+        probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+        out = jnp.einsum("bkgts,bskd->btkgd", probs, v).reshape(b, t, self.num_heads * self.head_dim)
+        return self.o_proj(out), cache
+
+
+class MLP(nnx.Module):
+    """SwiGLU: down(silu(gate(x)) * up(x))."""
+
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+        dtype = jnp.dtype(cfg.dtype)
+        dense = lambda i, o: nnx.Linear(i, o, use_bias=False, param_dtype=dtype, dtype=dtype, rngs=rngs)
+        self.gate_proj = dense(cfg.hidden_size, cfg.intermediate_size)
+        self.up_proj = dense(cfg.hidden_size, cfg.intermediate_size)
+        self.down_proj = dense(cfg.intermediate_size, cfg.hidden_size)
+
+    def __call__(self, x):
+        return self.down_proj(jax.nn.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nnx.Module):
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+        dtype = jnp.dtype(cfg.dtype)
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype)
+        self.self_attn = Attention(cfg, rngs=rngs)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype)
+        self.mlp = MLP(cfg, rngs=rngs)
+
+    def __call__(self, x, positions, mask, cache, cache_index):
+        attn, cache = self.self_attn(self.input_layernorm(x), positions, mask, cache, cache_index)
+        x = x + attn
+        return x + self.mlp(self.post_attention_layernorm(x)), cache
+
+
+class Transformer(nnx.Module):
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+        dtype = jnp.dtype(cfg.dtype)
+        self.config = cfg
+        self.embed_tokens = nnx.Embed(cfg.vocab_size, cfg.hidden_size, param_dtype=dtype, dtype=dtype, rngs=rngs)
+        self.layers = nnx.List([DecoderLayer(cfg, rngs=rngs) for _ in range(cfg.num_layers)])
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype)
+        self.lm_head = (
+            None
+            if cfg.tie_embeddings
+            else nnx.Linear(cfg.hidden_size, cfg.vocab_size, use_bias=False, param_dtype=dtype, dtype=dtype, rngs=rngs)
+        )
+
+    def __call__(
+        self,
+        tokens: jax.Array,
+        positions: jax.Array,
+        mask: jax.Array,
+        cache: list[LayerCache] | None = None,
+        cache_index: jax.Array | int = 0,
+    ) -> tuple[jax.Array, list[LayerCache] | None]:
+        """Logits [B, T, vocab] (float32) and the updated cache (None when no cache was given).
+
+        tokens, positions: [B, T]; mask: [B, T, S] where S is T without a cache, else the cache's
+        slot count; cache_index: the slot that tokens[:, 0] is written to.
+        """
+        x = self.embed_tokens(tokens)
+        new_cache = [] if cache is not None else None
+        for i, layer in enumerate(self.layers):
+            x, layer_cache = layer(x, positions, mask, None if cache is None else cache[i], cache_index)
+            if new_cache is not None:
+                new_cache.append(layer_cache)
+        x = self.norm(x)
+        if self.lm_head is None:
+            logits = self.embed_tokens.attend(x)
+        else:
+            logits = self.lm_head(x)
+        return logits.astype(jnp.float32), new_cache
+
+
+def forward(model: Transformer, tokens: jax.Array, valid: jax.Array) -> jax.Array:
+    """Full-sequence logits of left-padded rows (training and scoring; no cache)."""
+    t = tokens.shape[1]
+    mask = causal_mask(jnp.arange(t), valid)
+    logits, _ = model(tokens, positions_from_mask(valid), mask)
+    return logits

@@ -1,0 +1,42 @@
+"""Supervised warm start: teacher-forced training on reference completions until the policy is mediocre.
+
+RL needs a policy that sometimes succeeds (else every group has reward 0 and no signal) and often
+fails (else nothing is left to learn). Accuracy jumps within a few dozen steps on the built-in task,
+so the stop is a measured threshold on greedy accuracy, not a fixed step count.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from spotrl.model import sequences
+from spotrl.model.evaluate import greedy_accuracy
+from spotrl.model.rng import derive_numpy_rng
+from spotrl.model.train_step import build_sft_step, make_optimizer
+
+
+def supervised_warm_start(policy, tokenizer, task: str, prompts: list[str], answers: list[str],
+                          targets: list[str], cfg, *, seed: int, max_new_tokens: int, log=print):
+    """Returns (pure params, info) after training until greedy accuracy >= cfg.target_greedy_accuracy."""
+    state = policy.init_state
+    tx = make_optimizer(cfg.learning_rate, 0.0, 0.9, 0.999, 1.0)
+    opt_state = tx.init(state)
+    step_fn = build_sft_step(policy.graphdef, tx)
+    rng = derive_numpy_rng(seed, "warmstart")
+    check = rng.choice(len(prompts), size=min(cfg.check_prompts, len(prompts)), replace=False)
+    check_prompts, check_answers = [prompts[i] for i in check], [answers[i] for i in check]
+    accuracy, steps = 0.0, 0
+    while steps < cfg.max_steps:
+        rows = rng.integers(0, len(prompts), size=cfg.batch_size)
+        prompt_tokens, prompt_valid = tokenizer.encode_batch_left_padded([prompts[i] for i in rows])
+        target_tokens, target_lengths = sequences.encode_completions(tokenizer, [targets[i] for i in rows], max_new_tokens)
+        tokens, valid = sequences.join(prompt_tokens, prompt_valid, target_tokens, target_lengths)
+        target_mask = np.concatenate([np.zeros_like(prompt_valid), valid[:, prompt_tokens.shape[1]:]], axis=1)
+        state, opt_state, loss = step_fn(state, opt_state, tokens, valid, target_mask)
+        steps += 1
+        if steps % cfg.check_every == 0:
+            accuracy = greedy_accuracy(policy.graphdef, state, tokenizer, task, check_prompts, check_answers, max_new_tokens)
+            log(f"warm start step {steps}: loss {float(loss):.3f}, greedy accuracy {accuracy:.1%}")
+            if accuracy >= cfg.target_greedy_accuracy:
+                break
+    return policy.to_pure(state), {"steps": steps, "greedy_accuracy": accuracy}

@@ -1,0 +1,1 @@
+"""Verifiers and reward functions."""

@@ -1,0 +1,1 @@
+"""Durable state: atomic files, the versioned weight store, train-state checkpoints, rollout shards."""
