@@ -16,6 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from spotrl.model.config import ModelConfig
+from spotrl.model.tokenizer import CharTokenizer
 
 
 class _Section(BaseModel):
@@ -53,6 +54,7 @@ class RolloutConfig(_Section):
     temperature: float = Field(1.0, gt=0)
     top_k: int = Field(0, ge=0)
     top_p: float = Field(1.0, gt=0, le=1)
+    shards: int = Field(1, gt=0, description="rollout work split into this many parallel tasks")
 
 
 class AlgorithmConfig(_Section):
@@ -116,6 +118,14 @@ class RunConfig(_Section):
                 f"algorithm.minibatches ({self.algorithm.minibatches}) must divide the rollout batch "
                 f"(rollout.prompts_per_iteration * rollout.group_size = {batch})"
             )
+        if self.rollout.shards > self.rollout.prompts_per_iteration:
+            raise ValueError(
+                f"rollout.shards ({self.rollout.shards}) > rollout.prompts_per_iteration "
+                f"({self.rollout.prompts_per_iteration}): a shard would have no prompts"
+            )
+        vocab = CharTokenizer().vocab_size
+        if self.model.vocab_size < vocab:
+            raise ValueError(f"model.vocab_size ({self.model.vocab_size}) < the task tokenizer's {vocab} tokens")
         if self.eval.prompts > self.task.eval_size:
             raise ValueError(f"eval.prompts ({self.eval.prompts}) > task.eval_size ({self.task.eval_size})")
         return self

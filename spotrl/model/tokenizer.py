@@ -34,7 +34,8 @@ class CharTokenizer:
             if i == self.eos_id and stop_at_eos:
                 break
             if i >= 3:
-                out.append(self.alphabet[i - 3])
+                # ids past the alphabet exist when the model's vocabulary is padded; never a digit
+                out.append(self.alphabet[i - 3] if i - 3 < len(self.alphabet) else "\ufffd")
         return "".join(out)
 
     def encode_batch_left_padded(self, texts: list[str], length: int | None = None) -> tuple[np.ndarray, np.ndarray]:

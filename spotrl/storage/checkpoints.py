@@ -1,12 +1,16 @@
 """Train-state checkpoints with orbax: arrays through StandardSave, run metadata as JSON.
 
-One directory per iteration, `iter_000005/`; orbax writes it under a temporary name and commits it
-by rename, so an incomplete checkpoint is never listed. The metadata holds everything that is not
-an array and decides the future of the run: iteration, weights version, data cursor, RNG seed path.
+One directory per iteration, `iter_000005/`. orbax writes it under a temporary name and commits it
+by rename; we then *seal* it: `iter_000005.sealed.json` lists the sha256 of every file. Only sealed
+checkpoints are restored, and a restore verifies the checksums first, so neither a checkpoint killed
+mid-write nor a corrupted one is ever read. The metadata holds everything that is not an array and
+decides the future of the run: iteration, weights version, data cursor, seed.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 import shutil
 from pathlib import Path
@@ -14,7 +18,13 @@ from pathlib import Path
 import jax
 import orbax.checkpoint as ocp
 
+from spotrl.storage.atomic import atomic_write_json, sha256_file
+
 _NAME = re.compile(r"^iter_(\d{6})$")
+
+
+class CheckpointError(RuntimeError):
+    pass
 
 
 class CheckpointStore:
@@ -26,20 +36,22 @@ class CheckpointStore:
     def path(self, iteration: int) -> Path:
         return self.root / f"iter_{iteration:06d}"
 
-    def iterations(self) -> list[int]:
+    def seal_path(self, iteration: int) -> Path:
+        return self.root / f"iter_{iteration:06d}.sealed.json"
+
+    def committed(self, iteration: int) -> bool:
+        return (self.path(iteration) / "commit_success.txt").exists()
+
+    def sealed_iterations(self) -> list[int]:
         if not self.root.exists():
             return []
-        found = []
-        for p in self.root.iterdir():
-            m = _NAME.match(p.name)
-            if m and (p / "commit_success.txt").exists():
-                found.append(int(m.group(1)))
-        return sorted(found)
+        found = [int(m.group(1)) for p in self.root.iterdir() if (m := _NAME.match(p.name))]
+        return sorted(i for i in found if self.seal_path(i).exists())
 
     def save(self, iteration: int, state, metadata: dict) -> Path:
         """Save a pytree of arrays and a JSON-able dict; idempotent for a committed iteration."""
         path = self.path(iteration)
-        if iteration not in self.iterations():
+        if not self.committed(iteration):
             self.root.mkdir(parents=True, exist_ok=True)
             self._checkpointer.save(
                 path,
@@ -48,8 +60,33 @@ class CheckpointStore:
             )
         return path
 
+    def _checksums(self, iteration: int) -> dict[str, str]:
+        path = self.path(iteration)
+        return {str(f.relative_to(path)): sha256_file(f) for f in sorted(path.rglob("*")) if f.is_file()}
+
+    def seal(self, iteration: int) -> dict:
+        """Record the checksums of a committed checkpoint; returns the seal."""
+        if not self.committed(iteration):
+            raise CheckpointError(f"{self.path(iteration)}: not committed by orbax, cannot seal")
+        files = self._checksums(iteration)
+        digest = sha256_file_list(files)
+        seal = {"iteration": iteration, "files": files, "sha256": digest}
+        atomic_write_json(self.seal_path(iteration), seal)
+        return seal
+
+    def verify(self, iteration: int) -> None:
+        seal_path = self.seal_path(iteration)
+        if not seal_path.exists():
+            raise CheckpointError(f"{self.path(iteration)}: not sealed")
+        expected = json.loads(seal_path.read_text())["files"]
+        actual = self._checksums(iteration)
+        bad = sorted(k for k in expected.keys() | actual.keys() if expected.get(k) != actual.get(k))
+        if bad:
+            raise CheckpointError(f"{self.path(iteration)}: checksum mismatch in {bad[:5]}")
+
     def restore(self, iteration: int, template) -> tuple[object, dict]:
         """The state shaped like `template` (a pytree of arrays or ShapeDtypeStructs) and the metadata."""
+        self.verify(iteration)
         abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, template)
         restored = self._checkpointer.restore(
             self.path(iteration),
@@ -60,5 +97,11 @@ class CheckpointStore:
         return state, dict(restored.meta)
 
     def prune(self) -> None:
-        for iteration in self.iterations()[: -self.keep]:
+        """Keep the newest `keep` sealed checkpoints."""
+        for iteration in self.sealed_iterations()[: -self.keep]:
+            self.seal_path(iteration).unlink(missing_ok=True)
             shutil.rmtree(self.path(iteration), ignore_errors=True)
+
+
+def sha256_file_list(files: dict[str, str]) -> str:
+    return hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()

@@ -86,17 +86,23 @@ class WeightStore:
         return json.loads(path.read_text())
 
     def digest(self, version: int | None = None) -> str:
-        version = self._resolve(version)
-        return self.manifest(version)["sha256"]
+        """The recorded sha256 of a version's weights file (default: LATEST)."""
+        return self.manifest(self.resolve(version))["sha256"]
+
+    def verified_digest(self, version: int | None = None) -> str:
+        """The sha256 of a version's weights file, checked against its manifest."""
+        version = self.resolve(version)
+        path = self.version_dir(version) / WEIGHTS_FILE
+        actual = sha256_file(path)
+        if actual != self.manifest(version)["sha256"]:
+            raise WeightStoreError(f"{path}: checksum mismatch with its manifest")
+        return actual
 
     def load(self, version: int | None, template: dict) -> dict:
         """Read and verify a version; returns a nested dict shaped like `template`."""
-        version = self._resolve(version)
-        manifest = self.manifest(version)
+        version = self.resolve(version)
+        self.verified_digest(version)
         path = self.version_dir(version) / WEIGHTS_FILE
-        actual = sha256_file(path)
-        if actual != manifest["sha256"]:
-            raise WeightStoreError(f"{path}: checksum mismatch (manifest {manifest['sha256'][:12]}, file {actual[:12]})")
         return unflatten_like(template, load_file(str(path)), source=str(path))
 
     def collect_garbage(self) -> None:
@@ -104,7 +110,7 @@ class WeightStore:
         for version in self.versions()[: -self.keep]:
             shutil.rmtree(self.version_dir(version), ignore_errors=True)
 
-    def _resolve(self, version: int | None) -> int:
+    def resolve(self, version: int | None) -> int:
         if version is None:
             version = self.latest()
             if version is None:

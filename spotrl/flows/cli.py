@@ -1,0 +1,112 @@
+"""The `spotrl` command line: train, eval, digest."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+DEFAULT_RUN_DIR = "runs/tiny"
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="spotrl", description="Preemptible RL for LLMs on JAX, orchestrated by Prefect.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    train = sub.add_parser("train", help="train with RL as a local Prefect flow run (resumes an unfinished run)")
+    train.add_argument("--config", help="YAML preset (default: the built-in tiny preset, configs/tiny.yaml)")
+    train.add_argument("--run-dir", default=DEFAULT_RUN_DIR, help=f"run directory (default: {DEFAULT_RUN_DIR})")
+    train.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                       help="override a config key, e.g. --set iterations=10 --set eval.k=4")
+    train.add_argument("--verbose", action="store_true", help="show Prefect's own task logs")
+
+    ev = sub.add_parser("eval", help="pass@1 and pass@k of the newest published weights")
+    ev.add_argument("--run-dir", required=True)
+    ev.add_argument("--json", action="store_true", help="print one JSON object")
+
+    digest = sub.add_parser("digest", help="sha256 of the newest published weights")
+    digest.add_argument("--run-dir", required=True)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return {"train": _train, "eval": _eval, "digest": _digest}[args.command](args)
+    except Exception as err:  # noqa: BLE001 - the CLI turns known errors into one clear line
+        from spotrl.flows.config import ConfigError
+        from spotrl.flows.rundir import RunDirError
+        from spotrl.storage.checkpoints import CheckpointError
+        from spotrl.storage.weights import WeightStoreError
+
+        if isinstance(err, (ConfigError, RunDirError, WeightStoreError, CheckpointError)):
+            print(f"spotrl: error: {err}", file=sys.stderr)
+            return 2
+        raise
+
+
+def _train(args) -> int:
+    from spotrl.flows.config import load_config
+
+    config = load_config(args.config, args.overrides)  # bad config fails before Prefect starts
+    if not args.verbose:
+        os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    from spotrl.flows import rundir
+    from spotrl.flows.train import train
+
+    rundir.prepare(args.run_dir, config)  # a mismatching run directory is refused before any work
+    result = train(config=config, run_dir=args.run_dir)
+    print(summary_table(result))
+    return 0
+
+
+def summary_table(result: dict) -> str:
+    before, after = result["before"], result["after"]
+    k = before["k"]
+
+    def rel(a, b):
+        return f"{(b - a) / a:+.1%}" if a > 0 else "n/a"
+
+    rows = [
+        ("", "before RL", "after RL", "change"),
+        ("held-out pass@1", f"{before['pass_at_1']:.1%}", f"{after['pass_at_1']:.1%}", rel(before["pass_at_1"], after["pass_at_1"])),
+        (f"held-out pass@{k}", f"{before['pass_at_k']:.1%}", f"{after['pass_at_k']:.1%}", rel(before["pass_at_k"], after["pass_at_k"])),
+    ]
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    lines = ["  ".join(cell.rjust(w) if i else cell.ljust(w) for i, (cell, w) in enumerate(zip(r, widths))) for r in rows]
+    lines.append(f"time taken: {result['seconds']:.1f} s")
+    lines.append(f"run directory: {result['run_dir']}")
+    return "\n".join(lines)
+
+
+def _eval(args) -> int:
+    from spotrl.flows import rundir
+    from spotrl.storage.weights import WeightStore
+    from spotrl.tasks.stages import evaluate
+
+    config = rundir.read_config(args.run_dir)
+    store = WeightStore(Path(args.run_dir) / "weights")
+    version = store.resolve(None)
+    ref = {"version": version, "sha256": store.digest(version)}
+    result = evaluate.fn(config, str(Path(args.run_dir).resolve()), ref, version)
+    if args.json:
+        print(json.dumps(result, sort_keys=True))
+    else:
+        print(f"weights v{version}: pass@1 {result['pass_at_1']:.1%}  pass@{result['k']} {result['pass_at_k']:.1%}"
+              f"  ({result['prompts']} held-out prompts, n={result['n']})")
+    return 0
+
+
+def _digest(args) -> int:
+    from spotrl.storage.weights import WeightStore
+
+    store = WeightStore(Path(args.run_dir) / "weights")
+    print(store.verified_digest())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,98 @@
+"""Per-process state of a run: its stores, the policy's static parts, and memos.
+
+The memos hold what a long-lived worker would keep in memory (the train state after the last update,
+pulled weight versions, the datasets) so that steady-state iterations do not reload from storage.
+They are only a cache: every task can rebuild what it needs from the run directory, which is what
+happens after a kill.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections import OrderedDict
+from pathlib import Path
+
+from spotrl.curation.store import load_split
+from spotrl.flows.config import RunConfig
+from spotrl.model.policy import Policy
+from spotrl.model.sampler import SamplingParams
+from spotrl.model.tokenizer import CharTokenizer
+from spotrl.model.train_step import make_optimizer
+from spotrl.storage.checkpoints import CheckpointStore
+from spotrl.storage.weights import WeightStore
+
+
+class _LRU(OrderedDict):
+    def __init__(self, size: int):
+        super().__init__()
+        self.size = size
+
+    def put(self, key, value):
+        self[key] = value
+        self.move_to_end(key)
+        while len(self) > self.size:
+            self.popitem(last=False)
+
+
+@dataclasses.dataclass
+class RunContext:
+    run_dir: Path
+    config: RunConfig
+
+    def __post_init__(self):
+        cfg = self.config
+        self.tokenizer = CharTokenizer()
+        self.policy = Policy(cfg.model, init_seed=cfg.seed)
+        self.optimizer = make_optimizer(**cfg.optimizer.model_dump())
+        self.weights = WeightStore(self.run_dir / "weights", keep=cfg.weights.keep)
+        self.checkpoints = CheckpointStore(self.run_dir / "checkpoints", keep=cfg.checkpoint.keep)
+        self.train_states = _LRU(2)  # iteration -> {"params", "opt_state"}
+        self.pulled = _LRU(2)  # weights version -> nnx.State
+        self._splits = {}
+
+    @property
+    def data_dir(self) -> Path:
+        return self.run_dir / "data"
+
+    def split(self, name: str):
+        if name not in self._splits:
+            self._splits[name] = load_split(self.data_dir, name)
+        return self._splits[name]
+
+    def sampling(self, temperature: float) -> SamplingParams:
+        r = self.config.rollout
+        return SamplingParams(
+            max_new_tokens=r.max_new_tokens,
+            stop_token=self.tokenizer.eos_id,
+            pad_token=self.tokenizer.pad_id,
+            temperature=temperature,
+            top_k=r.top_k,
+            top_p=r.top_p,
+        )
+
+    def state_template(self) -> dict:
+        state = self.policy.init_state
+        return {"params": state, "opt_state": self.optimizer.init(state)}
+
+    def train_state(self, iteration: int) -> dict:
+        """The train state after `iteration`, from memory or from its sealed checkpoint.
+
+        Popped from the memo: the train step donates its buffers, so a state is used once.
+        """
+        if iteration in self.train_states:
+            return self.train_states.pop(iteration)
+        state, _ = self.checkpoints.restore(iteration, self.state_template())
+        return state
+
+    def pull(self, version: int):
+        """Weights of a published version as nnx.State, verified, loaded once per process."""
+        if version not in self.pulled:
+            params = self.weights.load(version, self.policy.template())
+            self.pulled.put(version, self.policy.to_state(params))
+        return self.pulled[version]
+
+
+@functools.lru_cache(maxsize=4)
+def get_context(run_dir: str, config: RunConfig) -> RunContext:
+    return RunContext(Path(run_dir), config)
