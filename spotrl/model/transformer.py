@@ -69,7 +69,7 @@ class RMSNorm(nnx.Module):
     def __call__(self, x: jax.Array) -> jax.Array:
         x32 = x.astype(jnp.float32)
         normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
-        return self.weight.value * normed.astype(x.dtype)
+        return self.weight[...] * normed.astype(x.dtype)
 
 
 class Attention(nnx.Module):

@@ -1,0 +1,95 @@
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from spotrl.model.config import ModelConfig
+from spotrl.model.losses import token_logprobs
+from spotrl.model.sampler import SamplingParams, filter_logits, generate
+from spotrl.model.transformer import Transformer, forward
+
+STOP = 1
+
+
+def _setup():
+    cfg = ModelConfig(vocab_size=16, hidden_size=32, intermediate_size=48, num_layers=2)
+    model = Transformer(cfg, rngs=nnx.Rngs(1))
+    graphdef, state = nnx.split(model)
+    prompts = np.array([[0, 0, 2, 5, 6], [2, 7, 8, 9, 4], [0, 2, 3, 3, 3]], np.int32)
+    return model, graphdef, state, prompts, prompts != 0
+
+
+def _naive_greedy(model, prompts, valid, steps):
+    """Re-run the full forward pass for every new token: no cache."""
+    tokens, mask = prompts.copy(), valid.copy()
+    out = []
+    for _ in range(steps):
+        logits = forward(model, jnp.asarray(tokens), jnp.asarray(mask))[:, -1]
+        nxt = np.asarray(jnp.argmax(logits, -1)).astype(np.int32)
+        out.append(nxt)
+        tokens = np.concatenate([tokens, nxt[:, None]], 1)
+        mask = np.concatenate([mask, np.ones((len(mask), 1), bool)], 1)
+    return np.stack(out, 1)
+
+
+def test_greedy_matches_naive_decoding_without_cache():
+    model, graphdef, state, prompts, valid = _setup()
+    params = SamplingParams(max_new_tokens=6, stop_token=99, temperature=0.0)  # no stop: all 6 steps
+    out = generate(graphdef, state, prompts, valid, jax.random.key(0), params)
+    np.testing.assert_array_equal(out.tokens, _naive_greedy(model, prompts, valid, 6))
+    np.testing.assert_array_equal(out.lengths, [6, 6, 6])
+
+
+def test_logprobs_equal_trainer_recomputation():
+    model, graphdef, state, prompts, valid = _setup()
+    params = SamplingParams(max_new_tokens=5, stop_token=99, temperature=0.7)
+    out = generate(graphdef, state, prompts, valid, jax.random.key(3), params)
+    tokens = np.concatenate([prompts, np.asarray(out.tokens)], 1)
+    mask = np.concatenate([valid, np.ones_like(out.tokens, bool)], 1)
+    logits = forward(model, jnp.asarray(tokens), jnp.asarray(mask))[:, prompts.shape[1] - 1 : -1]
+    recomputed = token_logprobs(logits, jnp.asarray(out.tokens), 0.7)
+    np.testing.assert_allclose(out.logprobs, recomputed, atol=1e-5)
+
+
+def test_stop_token_pads_the_rest_and_sets_lengths():
+    _, graphdef, state, prompts, valid = _setup()
+    greedy = generate(graphdef, state, prompts, valid, jax.random.key(0),
+                      SamplingParams(max_new_tokens=6, stop_token=99, temperature=0.0))
+    stop = int(greedy.tokens[0, 2])  # make the third greedy token of row 0 the stop token
+    out = generate(graphdef, state, prompts, valid, jax.random.key(0),
+                   SamplingParams(max_new_tokens=6, stop_token=stop, pad_token=0, temperature=0.0))
+    tokens = np.asarray(out.tokens)
+    for row in range(3):
+        hits = np.flatnonzero(np.asarray(greedy.tokens[row]) == stop)
+        expected_len = hits[0] + 1 if len(hits) else 6
+        assert out.lengths[row] == expected_len
+        np.testing.assert_array_equal(tokens[row, :expected_len], np.asarray(greedy.tokens[row, :expected_len]))
+        assert (tokens[row, expected_len:] == 0).all()
+        assert (np.asarray(out.logprobs[row, expected_len:]) == 0).all()
+    assert out.lengths[0] <= 3  # the stop token ends row 0 at the latest where it was put
+
+
+def test_top_k_one_is_greedy_and_sampling_is_deterministic_per_key():
+    _, graphdef, state, prompts, valid = _setup()
+    greedy = generate(graphdef, state, prompts, valid, jax.random.key(0),
+                      SamplingParams(max_new_tokens=4, stop_token=99, temperature=0.0))
+    top1 = generate(graphdef, state, prompts, valid, jax.random.key(5),
+                    SamplingParams(max_new_tokens=4, stop_token=99, temperature=1.0, top_k=1))
+    np.testing.assert_array_equal(greedy.tokens, top1.tokens)
+    p = SamplingParams(max_new_tokens=4, stop_token=99)
+    a = generate(graphdef, state, prompts, valid, jax.random.key(7), p)
+    b = generate(graphdef, state, prompts, valid, jax.random.key(7), p)
+    np.testing.assert_array_equal(a.tokens, b.tokens)
+
+
+def test_filter_logits_by_hand():
+    logits = jnp.log(jnp.array([[0.5, 0.3, 0.15, 0.05]]))
+    neg = jnp.finfo(jnp.float32).min
+    k2 = filter_logits(logits, top_k=2, top_p=1.0)
+    assert (k2[0, 2:] == neg).all() and (k2[0, :2] == logits[0, :2]).all()
+    # nucleus 0.7: 0.5 alone is below 0.7, 0.5 + 0.3 reaches it -> keep the first two
+    p = filter_logits(logits, top_k=0, top_p=0.7)
+    assert (p[0, :2] == logits[0, :2]).all() and (p[0, 2:] == neg).all()
+    # nucleus 0.9: 0.5 + 0.3 = 0.8 < 0.9 -> keep three
+    p = filter_logits(logits, top_k=0, top_p=0.9)
+    assert (p[0, :3] == logits[0, :3]).all() and p[0, 3] == neg

@@ -1,0 +1,112 @@
+import json
+import os
+
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from spotrl.storage.checkpoints import CheckpointError, CheckpointStore
+from spotrl.storage.weights import WeightStore, WeightStoreError
+from spotrl.storage.atomic import sha256_file
+
+
+def _params(scale=1.0):
+    return {"embed": {"embedding": np.full((4, 3), scale, np.float32)},
+            "layers": {0: {"w": np.arange(6, dtype=np.float32).reshape(2, 3) * scale}}}
+
+
+def test_publish_load_latest_and_digest(tmp_path):
+    store = WeightStore(tmp_path, keep=2)
+    assert store.latest() is None
+    m1 = store.publish(1, _params(1.0))
+    store.publish(2, _params(2.0))
+    assert store.latest() == 2
+    assert store.digest(1) == m1["sha256"] == sha256_file(tmp_path / "v000001" / "model.safetensors")
+    loaded = store.load(None, _params())
+    np.testing.assert_array_equal(loaded["layers"][0]["w"], _params(2.0)["layers"][0]["w"])
+    assert list(loaded["layers"]) == [0]  # key types follow the template
+
+
+def test_publish_is_idempotent_and_latest_never_moves_back(tmp_path):
+    store = WeightStore(tmp_path)
+    store.publish(3, _params(3.0))
+    first = store.digest(3)
+    store.publish(3, _params(9.0))  # a re-run of a finished publish changes nothing
+    assert store.digest(3) == first
+    store.publish(2, _params(2.0))
+    assert store.latest() == 3
+
+
+def test_retention_keeps_newest(tmp_path):
+    store = WeightStore(tmp_path, keep=2)
+    for v in range(5):
+        store.publish(v, _params(float(v)))
+    assert store.versions() == [3, 4]
+
+
+def test_incomplete_version_is_invisible_and_replaced(tmp_path):
+    store = WeightStore(tmp_path)
+    (tmp_path / "v000001").mkdir(parents=True)
+    (tmp_path / "v000001" / "model.safetensors").write_bytes(b"partial")  # killed before its manifest
+    assert store.versions() == []
+    store.publish(1, _params())
+    assert store.latest() == 1 and store.load(1, _params())["embed"]["embedding"].shape == (4, 3)
+
+
+def test_corrupt_version_is_refused_naming_the_file(tmp_path):
+    store = WeightStore(tmp_path)
+    store.publish(1, _params())
+    path = tmp_path / "v000001" / "model.safetensors"
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with pytest.raises(WeightStoreError, match="v000001/model.safetensors: checksum mismatch"):
+        store.load(1, _params())
+
+
+def test_shape_mismatch_names_tensor(tmp_path):
+    store = WeightStore(tmp_path)
+    store.publish(1, _params())
+    template = _params()
+    template["embed"]["embedding"] = np.zeros((5, 3), np.float32)
+    with pytest.raises(ValueError, match="embed.embedding"):
+        store.load(1, template)
+
+
+def _state():
+    params = {"w": jnp.arange(6.0).reshape(2, 3), "b": jnp.ones(3)}
+    tx = optax.adamw(1e-3)
+    opt = tx.init(params)
+    _, opt = tx.update(params, opt, params)  # a non-trivial optimizer state
+    return {"params": params, "opt_state": opt}
+
+
+def test_checkpoint_roundtrip_seal_and_prune(tmp_path):
+    store = CheckpointStore(tmp_path, keep=2)
+    state = _state()
+    for it in range(3):
+        store.save(it, state, {"iteration": it, "data_cursor": 8 * it})
+        store.seal(it)
+        store.prune()
+    assert store.sealed_iterations() == [1, 2]
+    restored, meta = store.restore(2, state)
+    assert meta == {"iteration": 2, "data_cursor": 16}
+    for a, b in zip(*(map(np.asarray, __import__("jax").tree.leaves(t)) for t in (state, restored))):
+        np.testing.assert_array_equal(a, b)
+    assert type(restored["opt_state"]) is type(state["opt_state"])
+
+
+def test_unsealed_or_corrupt_checkpoint_is_not_restored(tmp_path):
+    store = CheckpointStore(tmp_path)
+    state = _state()
+    store.save(1, state, {"iteration": 1})
+    assert store.sealed_iterations() == []
+    with pytest.raises(CheckpointError, match="not sealed"):
+        store.restore(1, state)
+    store.seal(1)
+    victim = max((p for p in (tmp_path / "iter_000001").rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+    with open(victim, "r+b") as f:
+        f.truncate(victim.stat().st_size // 2)
+    with pytest.raises(CheckpointError, match="checksum mismatch"):
+        store.restore(1, state)
