@@ -1,0 +1,63 @@
+from pathlib import Path
+
+import pytest
+import yaml
+
+from spotrl.flows import rundir
+from spotrl.flows.config import ConfigError, RunConfig, build_config, config_diff, load_config
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_tiny_preset_is_the_default():
+    assert load_config(ROOT / "configs" / "tiny.yaml") == RunConfig()
+
+
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ("eval.k=20", "eval.k"),  # k > n
+        ("iterations=-1", "iterations"),
+        ("rollout.grop_size=4", "rollout.grop_size"),  # unknown key, a typo
+        ("nonsense=1", "nonsense"),
+        ("rollout.group_size=many", "rollout.group_size"),  # wrong type
+        ("optimizer.learning_rate=0", "optimizer.learning_rate"),
+    ],
+)
+def test_bad_config_names_the_key(override, key):
+    with pytest.raises(ConfigError) as err:
+        build_config(None, [override])
+    assert f"  {key}:" in str(err.value)
+
+
+def test_overrides_parse_yaml_values():
+    cfg = build_config(None, ["iterations=3", "seed=7", "eval.k=4", "rollout.temperature=0.5"])
+    assert (cfg.iterations, cfg.seed, cfg.eval.k, cfg.rollout.temperature) == (3, 7, 4, 0.5)
+
+
+def test_cross_section_checks():
+    with pytest.raises(ConfigError, match="minibatches"):
+        build_config(None, ["algorithm.minibatches=3"])  # 64*8 is not divisible by 3
+    with pytest.raises(ConfigError, match="vocab_size"):
+        build_config(None, ["model.vocab_size=8"])
+
+
+def test_config_file_errors_name_the_file(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump({"rollout": {"tempreature": 1.0}}))
+    with pytest.raises(ConfigError, match=r"bad.yaml.*\n  rollout.tempreature: unknown key"):
+        load_config(path)
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "missing.yaml")
+
+
+def test_run_dir_with_other_config_is_refused_and_kept(tmp_path):
+    a = build_config(None, ["iterations=3"])
+    b = build_config(None, ["iterations=4", "seed=1"])
+    rundir.prepare(tmp_path, a)
+    before = (tmp_path / "config.yaml").read_text()
+    with pytest.raises(rundir.RunDirError, match="differing keys: iterations, seed"):
+        rundir.prepare(tmp_path, b)
+    assert (tmp_path / "config.yaml").read_text() == before
+    assert rundir.prepare(tmp_path, a) == tmp_path.resolve()  # the same config resumes
+    assert config_diff(a, b) == ["iterations", "seed"]
