@@ -99,7 +99,7 @@ class WeightsConfig(_Section):
 
 class RunConfig(_Section):
     seed: int = 0
-    iterations: int = Field(40, ge=0)
+    iterations: int = Field(200, ge=0)
     model: ModelConfig = ModelConfig()
     task: TaskConfig = TaskConfig()
     warmstart: WarmStartConfig = WarmStartConfig()

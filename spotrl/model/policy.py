@@ -26,7 +26,7 @@ class Policy:
 
     @staticmethod
     def to_pure(state: nnx.State) -> dict:
-        return jax.tree.map(np.asarray, state.to_pure_dict())
+        return jax.tree.map(np.asarray, nnx.to_pure_dict(state))
 
     def template(self) -> dict:
-        return self.init_state.to_pure_dict()
+        return nnx.to_pure_dict(self.init_state)

@@ -59,7 +59,7 @@ def build_rl_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation, clip
         (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, batch)
         updates, opt_state = tx.update(grads, opt_state, params)
         params = optax.apply_updates(params, updates)
-        metrics = dict(metrics, loss=loss, grad_norm=optax.global_norm(grads))
+        metrics = dict(metrics, loss=loss, grad_norm=optax.tree.norm(grads))
         return params, opt_state, metrics
 
     return step
