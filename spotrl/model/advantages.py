@@ -6,19 +6,12 @@ from typing import Callable
 
 import jax.numpy as jnp
 
-AdvantageFn = Callable[..., jnp.ndarray]
-ADVANTAGE_ESTIMATORS: dict[str, AdvantageFn] = {}
+from spotrl.registry import Registry
+
+ADVANTAGE_ESTIMATORS: Registry[Callable[..., jnp.ndarray]] = Registry("advantage estimator")
 
 
-def register_advantage(name: str):
-    def wrap(fn: AdvantageFn) -> AdvantageFn:
-        ADVANTAGE_ESTIMATORS[name] = fn
-        return fn
-
-    return wrap
-
-
-@register_advantage("grpo")
+@ADVANTAGE_ESTIMATORS.register("grpo")
 def group_normalized_advantages(rewards: jnp.ndarray, eps: float = 1e-4) -> jnp.ndarray:
     """GRPO: (r - mean(group)) / (std(group) + eps) for rewards [groups, group_size].
 

@@ -4,19 +4,14 @@ from __future__ import annotations
 
 from typing import Callable
 
+from spotrl.registry import Registry
+
+# (completion text, ended with the stop token, reference answer) -> reward
 Verifier = Callable[[str, bool, str], float]
-VERIFIERS: dict[str, Verifier] = {}
+VERIFIERS: Registry[Verifier] = Registry("verifier for task")
 
 
-def register_verifier(name: str):
-    def wrap(fn: Verifier) -> Verifier:
-        VERIFIERS[name] = fn
-        return fn
-
-    return wrap
-
-
-@register_verifier("arithmetic")
+@VERIFIERS.register("arithmetic")
 def reversed_digits_exact(completion: str, stopped: bool, answer: str) -> float:
     """1.0 when the completion, read right to left, is exactly the answer and ended with the stop token.
 
@@ -27,7 +22,4 @@ def reversed_digits_exact(completion: str, stopped: bool, answer: str) -> float:
 
 
 def get_verifier(task: str) -> Verifier:
-    try:
-        return VERIFIERS[task]
-    except KeyError:
-        raise ValueError(f"no verifier for task {task!r}; known: {sorted(VERIFIERS)}") from None
+    return VERIFIERS[task]

@@ -106,7 +106,7 @@ class WeightStore:
         return unflatten_like(template, load_file(str(path)), source=str(path))
 
     def collect_garbage(self) -> None:
-        """Delete complete versions older than the newest `keep`, and stale temporaries."""
+        """Delete complete versions older than the newest `keep`."""
         for version in self.versions()[: -self.keep]:
             shutil.rmtree(self.version_dir(version), ignore_errors=True)
 

@@ -1,0 +1,40 @@
+import numpy as np
+import jax.numpy as jnp
+from flax import nnx
+
+from spotrl.model.config import ModelConfig
+from spotrl.model.grpo import policy_update
+from spotrl.model.policy import Policy
+from spotrl.model.sequences import completion_mask, join
+from spotrl.model.train_step import build_rl_step, completion_logprobs, make_optimizer
+
+
+def test_update_raises_rewarded_and_lowers_penalised_completions():
+    policy = Policy(ModelConfig(hidden_size=32, intermediate_size=64, num_layers=2), init_seed=0)
+    tx = make_optimizer(1e-2, 0.0, 0.9, 0.999, 1.0)
+    step = build_rl_step(policy.graphdef, tx, 0.2, 1.0)
+    # one group of 4 samples of the same prompt: two rewarded, two not
+    prompt = np.array([[2, 3, 4, 13, 5, 14]] * 4, np.int32)
+    prompt_valid = np.ones_like(prompt, bool)
+    tokens = np.array([[5, 6, 1, 0], [7, 1, 0, 0], [8, 9, 10, 1], [11, 1, 0, 0]], np.int32)
+    lengths = np.array([3, 2, 4, 2])
+    rewards = np.array([1.0, 0.0, 1.0, 0.0])
+
+    def token_logprobs(state):
+        model = nnx.merge(policy.graphdef, state)
+        all_tokens, valid = join(prompt, prompt_valid, tokens, lengths)
+        lp, _ = completion_logprobs(model, jnp.asarray(all_tokens), jnp.asarray(valid), 4, 1.0)
+        return np.asarray(lp * completion_mask(lengths, 4))
+
+    state = policy.to_state(policy.template())
+    behaviour = token_logprobs(state)  # on-policy: what the sampler reports
+    before = behaviour.sum(-1)
+    state, _, metrics = policy_update(
+        step, state, tx.init(state), prompt_tokens=prompt, prompt_valid=prompt_valid, tokens=tokens,
+        lengths=lengths, old_logprobs=behaviour, rewards=rewards, group_size=4,
+        estimator="grpo", advantage_eps=1e-4, minibatches=1, epochs=1, rng=np.random.default_rng(0),
+    )
+    after = token_logprobs(state).sum(-1)
+    assert (after[[0, 2]] > before[[0, 2]]).all() and (after[[1, 3]] < before[[1, 3]]).all()
+    assert metrics["optimizer_steps"] == 1 and metrics["groups_with_signal"] == 1.0
+    np.testing.assert_allclose(metrics["advantage_mean"], 0.0, atol=1e-6)
