@@ -8,7 +8,7 @@ import pytest
 from spotrl.flows import rundir
 from spotrl.flows.cli import main as cli_main
 from spotrl.storage.atomic import sha256_file
-from spotrl.storage.rollouts import read_frame
+from spotrl.storage.parquet import read_frame
 
 
 @pytest.fixture(scope="module")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from spotrl.model.rng import derive_numpy_rng
@@ -15,20 +17,15 @@ def batch_indices(seed: int, iteration: int, batch_size: int, dataset_size: int)
     """
     if iteration < 1:
         raise ValueError(f"iterations are numbered from 1, got {iteration}")
-    cursor = (iteration - 1) * batch_size
+    positions = (iteration - 1) * batch_size + np.arange(batch_size)
+    epochs, offsets = np.divmod(positions, dataset_size)
     out = np.empty(batch_size, np.int64)
-    for i in range(batch_size):
-        epoch, offset = divmod(cursor + i, dataset_size)
-        out[i] = _permutation(seed, epoch, dataset_size)[offset]
+    for epoch in np.unique(epochs):
+        chosen = epochs == epoch
+        out[chosen] = _permutation(seed, int(epoch), dataset_size)[offsets[chosen]]
     return out
 
 
-_PERMUTATIONS: dict[tuple[int, int, int], np.ndarray] = {}
-
-
+@functools.lru_cache(maxsize=2)
 def _permutation(seed: int, epoch: int, size: int) -> np.ndarray:
-    key = (seed, epoch, size)
-    if key not in _PERMUTATIONS:
-        _PERMUTATIONS.clear()
-        _PERMUTATIONS[key] = derive_numpy_rng(seed, "data-order", epoch).permutation(size)
-    return _PERMUTATIONS[key]
+    return derive_numpy_rng(seed, "data-order", epoch).permutation(size)

@@ -11,7 +11,7 @@ import pandas as pd
 
 from spotrl.curation.schema import validate_rows
 from spotrl.storage.atomic import atomic_write_json
-from spotrl.storage.rollouts import read_frame, write_frame
+from spotrl.storage.parquet import read_frame, write_frame
 
 SPLITS = ("train", "eval")
 

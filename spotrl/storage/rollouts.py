@@ -1,26 +1,9 @@
-"""Rollout shards as parquet, one file per (iteration, shard), written atomically."""
+"""Where rollout shards live: one parquet file per (iteration, shard) and kind (sampled, scored)."""
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
-
-import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
-
-from spotrl.storage.atomic import atomic_write_bytes
 
 
 def shard_path(root: str | Path, iteration: int, shard: int, kind: str = "rollouts") -> Path:
     return Path(root) / f"iter_{iteration:06d}" / f"{kind}_{shard:03d}.parquet"
-
-
-def write_frame(path: str | Path, frame: pd.DataFrame) -> None:
-    buffer = io.BytesIO()
-    pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), buffer)
-    atomic_write_bytes(path, buffer.getvalue())
-
-
-def read_frame(path: str | Path) -> pd.DataFrame:
-    return pq.read_table(path).to_pandas()

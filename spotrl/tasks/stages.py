@@ -29,7 +29,8 @@ from spotrl.model.rollout import sample_completions
 from spotrl.model.train_step import build_rl_step
 from spotrl.model.warmstart import supervised_warm_start
 from spotrl.rewards.score import score
-from spotrl.storage.rollouts import read_frame, shard_path, write_frame
+from spotrl.storage.parquet import read_frame, write_frame
+from spotrl.storage.rollouts import shard_path
 from spotrl.tasks.context import get_context
 
 _PERMANENT_OS_ERRORS = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)
