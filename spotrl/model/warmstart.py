@@ -7,6 +7,8 @@ so the stop is a measured threshold on greedy accuracy, not a fixed step count.
 
 from __future__ import annotations
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from spotrl.model import sequences
@@ -17,8 +19,9 @@ from spotrl.model.train_step import build_sft_step, make_optimizer
 
 def supervised_warm_start(policy, tokenizer, task: str, prompts: list[str], answers: list[str],
                           targets: list[str], cfg, *, seed: int, max_new_tokens: int, log=print):
-    """Returns (pure params, info) after training until greedy accuracy >= cfg.target_greedy_accuracy."""
-    state = policy.init_state
+    """Returns (params as nnx.State, info) after training until greedy accuracy >= cfg.target_greedy_accuracy."""
+    # a copy: the step donates its inputs, and the policy's initial state serves as a template later
+    state = jax.tree.map(jnp.copy, policy.init_state)
     tx = make_optimizer(cfg.learning_rate, 0.0, 0.9, 0.999, 1.0)
     opt_state = tx.init(state)
     step_fn = build_sft_step(policy.graphdef, tx)
@@ -39,4 +42,4 @@ def supervised_warm_start(policy, tokenizer, task: str, prompts: list[str], answ
             log(f"warm start step {steps}: loss {float(loss):.3f}, greedy accuracy {accuracy:.1%}")
             if accuracy >= cfg.target_greedy_accuracy:
                 break
-    return policy.to_pure(state), {"steps": steps, "greedy_accuracy": accuracy}
+    return state, {"steps": steps, "greedy_accuracy": accuracy}

@@ -75,14 +75,17 @@ class RunContext:
         state = self.policy.init_state
         return {"params": state, "opt_state": self.optimizer.init(state)}
 
-    def train_state(self, iteration: int) -> dict:
+    def train_state(self, iteration: int, *, consume: bool) -> dict:
         """The train state after `iteration`, from memory or from its sealed checkpoint.
 
-        Popped from the memo: the train step donates its buffers, so a state is used once.
+        `consume=True` takes it out of the memo: the train step donates its buffers, so a state that
+        is updated must not stay behind. Otherwise it is (re)placed in the memo for later readers.
         """
-        if iteration in self.train_states:
-            return self.train_states.pop(iteration)
-        state, _ = self.checkpoints.restore(iteration, self.state_template())
+        state = self.train_states.pop(iteration, None)
+        if state is None:
+            state, _ = self.checkpoints.restore(iteration, self.state_template())
+        if not consume:
+            self.train_states.put(iteration, state)
         return state
 
     def pull(self, version: int):

@@ -78,8 +78,7 @@ def warm_start(config: RunConfig, run_dir: str, data: dict) -> dict:
         [arithmetic.completion_text(a) for a in train["answer"]], config.warmstart,
         seed=config.seed, max_new_tokens=config.rollout.max_new_tokens,
     )
-    state = {"params": ctx.policy.to_state(params)}
-    state["opt_state"] = ctx.optimizer.init(state["params"])
+    state = {"params": params, "opt_state": ctx.optimizer.init(params)}
     path = ctx.checkpoints.save(0, state, {"iteration": 0, "data_cursor": 0, "seed": config.seed, **info})
     ctx.train_states.put(0, state)
     return {"uri": str(path), "iteration": 0, "warmstart_seconds": time.perf_counter() - started, **info}
@@ -138,7 +137,7 @@ def update(config: RunConfig, run_dir: str, iteration: int, previous: dict, scor
     started = time.perf_counter()
     frame = pd.concat([read_frame(ref["uri"]) for ref in scored], ignore_index=True)
     prompt_tokens, prompt_valid = ctx.tokenizer.encode_batch_left_padded(frame["prompt"].tolist())
-    state = ctx.train_state(previous["iteration"])
+    state = ctx.train_state(previous["iteration"], consume=True)
     a = config.algorithm
     step_fn = build_rl_step(ctx.policy.graphdef, ctx.optimizer, a.clip_eps, config.rollout.temperature)
     params, opt_state, metrics = policy_update(
@@ -172,10 +171,7 @@ def publish(config: RunConfig, run_dir: str, sealed: dict) -> dict:
     """Publish the checkpoint's parameters as weight version == iteration; flips LATEST."""
     ctx = get_context(run_dir, config)
     iteration = sealed["iteration"]
-    state = ctx.train_states.get(iteration)
-    if state is None:  # a fresh process: read the sealed checkpoint (verified)
-        state = ctx.checkpoints.restore(iteration, ctx.state_template())[0]
-        ctx.train_states.put(iteration, state)
+    state = ctx.train_state(iteration, consume=False)
     manifest = ctx.weights.publish(iteration, ctx.policy.to_pure(state["params"]), {"checkpoint": sealed["uri"]})
     return {"uri": str(ctx.weights.version_dir(iteration)), "version": iteration, "sha256": manifest["sha256"]}
 
