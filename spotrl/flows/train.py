@@ -26,13 +26,25 @@ def _configured(run_dir: Path):
     return {name: getattr(stages, name).with_options(result_storage=storage) for name in names}
 
 
+class AttemptsExhausted(RuntimeError):
+    pass
+
+
 def _log(message: str) -> None:
     print(message, flush=True)
 
 
 @flow(name="train", log_prints=False, validate_parameters=True)
-def train(config: RunConfig = RunConfig(), run_dir: str = "runs/tiny") -> dict:
-    """Train the policy with RL; returns the evaluation before and after, and where the run lives."""
+def train(config: RunConfig = RunConfig(), run_dir: str = "runs/tiny", attempt: int = 1, max_attempts: int = 5) -> dict:
+    """Train the policy with RL; returns the evaluation before and after, and where the run lives.
+
+    `attempt` counts submissions of this run (the crashed-run automation in deployments/ passes the
+    crashed run's attempt + 1); a run past `max_attempts` is refused so a run that crashes every time
+    is not resubmitted forever. Neither is a task input, so they do not change any cache key.
+    """
+    if attempt > max_attempts:
+        raise AttemptsExhausted(f"attempt {attempt} > max_attempts {max_attempts} for run directory {run_dir}; "
+                                "not resubmitting: look at why the previous attempts crashed")
     started = time.perf_counter()
     run_path = rundir.prepare(run_dir, config)
     root = str(run_path)
