@@ -9,6 +9,7 @@ from spotrl.flows import rundir
 from spotrl.flows.cli import main as cli_main
 from spotrl.storage.atomic import sha256_file
 from spotrl.storage.parquet import read_frame
+from spotrl.storage.rollouts import find_shard
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +41,7 @@ def test_run_directory_contract(finished_run, tiny_config):
 def test_rollout_shards_carry_version_and_match_rewards(finished_run, tiny_config):
     run_dir, _ = finished_run
     r = tiny_config.rollout
-    frames = [read_frame(run_dir / "rollouts" / "iter_000002" / f"scored_{s:03d}.parquet") for s in range(r.shards)]
+    frames = [read_frame(find_shard(run_dir / "rollouts", 2, s, "scored")) for s in range(r.shards)]
     frame = __import__("pandas").concat(frames)
     assert len(frame) == r.prompts_per_iteration * r.group_size
     assert set(frame["weights_version"]) == {1}  # on-policy: iteration 2 samples with version 1

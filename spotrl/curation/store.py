@@ -11,7 +11,7 @@ import pandas as pd
 
 from spotrl.curation.schema import validate_rows
 from spotrl.storage.atomic import atomic_write_json
-from spotrl.storage.parquet import read_frame, write_frame
+from spotrl.storage.parquet import CorruptFileError, read_frame, write_frame
 
 SPLITS = ("train", "eval")
 
@@ -37,6 +37,26 @@ def save_splits(root: str | Path, splits: dict[str, datasets.Dataset]) -> dict:
 
 
 def load_split(root: str | Path, name: str) -> datasets.Dataset:
+    """A split, refused unless its rows hash to what the manifest recorded (nothing corrupt is read)."""
     path = Path(root) / f"{name}.parquet"
-    frame = validate_rows(read_frame(path), str(path))
+    manifest_path = Path(root) / "manifest.json"
+    if not manifest_path.exists():
+        raise CorruptFileError(f"{manifest_path}: missing; the curated data of this run is incomplete")
+    frame = read_frame(path)
+    expected = json.loads(manifest_path.read_text())["splits"][name]["sha256"]
+    if frame_hash(frame) != expected:
+        raise CorruptFileError(f"{path}: rows do not hash to the sha256 recorded in {manifest_path}")
+    frame = validate_rows(frame, str(path))
     return datasets.Dataset.from_pandas(frame, preserve_index=False)
+
+
+def damaged_splits(root: str | Path) -> str | None:
+    """Why the curated data under `root` cannot be used, or None when every split verifies."""
+    try:
+        for name in json.loads((Path(root) / "manifest.json").read_text())["splits"]:
+            load_split(root, name)
+    except FileNotFoundError as err:
+        return f"missing file: {err.filename}"
+    except Exception as err:  # noqa: BLE001 - any unreadable or mismatching split makes the data unusable
+        return str(err)
+    return None

@@ -21,6 +21,9 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                        help="override a config key, e.g. --set iterations=10 --set eval.k=4")
     train.add_argument("--verbose", action="store_true", help="show Prefect's own task logs")
+    train.add_argument("--grace-seconds", type=float, default=25.0,
+                       help="on SIGTERM, how long the running stage may take to finish before the process exits "
+                            "(default 25; spot VMs get about 30 s of notice)")
 
     ev = sub.add_parser("eval", help="pass@1 and pass@k of the newest published weights")
     ev.add_argument("--run-dir", required=True)
@@ -57,8 +60,16 @@ def _train(args) -> int:
     from spotrl.flows import rundir
     from spotrl.flows.train import train
 
+    from spotrl.flows.local_server import local_api_server
+    from spotrl.flows.preemption import EXIT_PREEMPTED, Preempted
+
     rundir.prepare(args.run_dir, config)  # a mismatching run directory is refused before any work
-    result = train(config=config, run_dir=args.run_dir)
+    try:
+        with local_api_server():
+            result = train(config=config, run_dir=args.run_dir, preemption_grace_seconds=args.grace_seconds)
+    except Preempted as stop:
+        print(f"spotrl: {stop}", file=sys.stderr)
+        return EXIT_PREEMPTED
     print(summary_table(result))
     return 0
 

@@ -6,7 +6,11 @@ from them, so a killed and resumed run never duplicates or loses a line.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
+import os
+import socket
 from pathlib import Path
 
 import yaml
@@ -55,8 +59,39 @@ def write_record(run_dir: Path, kind: str, iteration: int, record: dict) -> None
     atomic_write_text(run_dir / f"{kind}.jsonl", "".join(line + "\n" for line in lines))
 
 
+def record_exists(run_dir: str | Path, kind: str, iteration: int) -> bool:
+    return (Path(run_dir) / kind / f"iter_{iteration:06d}.json").exists()
+
+
+def read_record(run_dir: str | Path, kind: str, iteration: int) -> dict:
+    return json.loads((Path(run_dir) / kind / f"iter_{iteration:06d}.json").read_text())
+
+
 def read_records(run_dir: str | Path, kind: str) -> list[dict]:
     path = Path(run_dir) / f"{kind}.jsonl"
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+@contextlib.contextmanager
+def exclusive(run_dir: str | Path):
+    """Hold RUN/.lock while training: two processes writing one run directory would corrupt it.
+
+    An flock, so the kernel releases it when its holder dies, SIGKILL included: a killed run never
+    leaves a stale lock behind.
+    """
+    path = Path(run_dir) / ".lock"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(fd, 200).decode(errors="replace").strip() or "another process"
+        os.close(fd)
+        raise RunDirError(f"{run_dir} is being trained by {holder}; wait for it to end or stop it first") from None
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode())
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock

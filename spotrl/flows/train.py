@@ -4,7 +4,8 @@
 
 An iteration takes about a second here, and a sub-flow run costs about 1.1 s of fixed overhead, so
 iterations are groups of tasks in this flow, not sub-flows. Re-running the flow on the same run
-directory resumes: finished tasks are cache hits (their results persist under RUN/prefect-results).
+directory resumes after the last complete iteration (resume.py); the tasks of the interrupted
+iteration that had finished are cache hits (results persist under RUN/prefect-results).
 """
 
 from __future__ import annotations
@@ -16,14 +17,21 @@ from prefect import flow, unmapped
 
 from spotrl.flows import rundir
 from spotrl.flows.config import RunConfig
+from spotrl.flows.preemption import PreemptionGuard
+from spotrl.flows.resume import eval_due, find_resume_point
 from spotrl.tasks import stages
+from spotrl.tasks.context import get_context
 
 
-def _configured(run_dir: Path):
-    """The stage tasks with result storage inside this run directory."""
+def _configured(run_dir: Path, refresh: bool = False):
+    """The stage tasks with result storage inside this run directory.
+
+    `refresh=True` runs them even when a cached result exists: used for the iterations after a
+    damaged artifact, whose cached results may point at what was quarantined.
+    """
     storage = run_dir / "prefect-results"
     names = ("curate", "warm_start", "rollout", "reward", "update", "checkpoint", "publish", "evaluate")
-    return {name: getattr(stages, name).with_options(result_storage=storage) for name in names}
+    return {name: getattr(stages, name).with_options(result_storage=storage, refresh_cache=refresh) for name in names}
 
 
 class AttemptsExhausted(RuntimeError):
@@ -35,52 +43,75 @@ def _log(message: str) -> None:
 
 
 @flow(name="train", log_prints=False, validate_parameters=True)
-def train(config: RunConfig = RunConfig(), run_dir: str = "runs/tiny", attempt: int = 1, max_attempts: int = 5) -> dict:
+def train(config: RunConfig = RunConfig(), run_dir: str = "runs/tiny", attempt: int = 1, max_attempts: int = 5,
+          preemption_grace_seconds: float = 25.0) -> dict:
     """Train the policy with RL; returns the evaluation before and after, and where the run lives.
 
+    Re-running on the same run directory resumes after the last complete iteration (see resume.py).
+    On SIGTERM the running stage finishes, then the run stops with `Preempted` (see preemption.py).
     `attempt` counts submissions of this run (the crashed-run automation in deployments/ passes the
     crashed run's attempt + 1); a run past `max_attempts` is refused so a run that crashes every time
-    is not resubmitted forever. Neither is a task input, so they do not change any cache key.
+    is not resubmitted forever. None of these three is a task input, so no cache key depends on them.
     """
     if attempt > max_attempts:
         raise AttemptsExhausted(f"attempt {attempt} > max_attempts {max_attempts} for run directory {run_dir}; "
                                 "not resubmitting: look at why the previous attempts crashed")
     started = time.perf_counter()
     run_path = rundir.prepare(run_dir, config)
+    with rundir.exclusive(run_path), PreemptionGuard(preemption_grace_seconds) as guard:
+        result = _run(config, run_path, guard)
+    return {**result, "seconds": time.perf_counter() - started}
+
+
+def _run(config: RunConfig, run_path: Path, guard: PreemptionGuard) -> dict:
     root = str(run_path)
-    t = _configured(run_path)
     _log(f"run directory: {root}  (config {config.digest()})")
+    ctx = get_context(root, config)
+    point = find_resume_point(run_path, config, ctx.checkpoints, ctx.weights)
+    for note in point.notes:
+        _log(f"recovery: {note}")
+    t = _configured(run_path, refresh=point.refresh)
 
-    data = t["curate"](config, root)
-    initial = t["warm_start"](config, root, data)
-    _log(f"warm start: {initial['steps']} supervised steps, greedy accuracy {initial['greedy_accuracy']:.1%}")
-    previous = t["checkpoint"](config, root, initial)
-    weights = t["publish"](config, root, previous)
-    evaluations = [_evaluate(t, config, root, weights, 0)]
+    if point.iteration is None:
+        data = t["curate"](config, root)
+        initial = t["warm_start"](config, root, data)
+        _log(f"warm start: {initial['steps']} supervised steps, greedy accuracy {initial['greedy_accuracy']:.1%}")
+        previous = t["checkpoint"](config, root, initial)
+        weights = t["publish"](config, root, previous)
+        _evaluate(t, config, root, weights, 0)
+        start = 1
+    else:
+        _log(f"resuming after iteration {point.iteration} (sealed checkpoint {point.checkpoint['sha256'][:12]})")
+        previous = point.checkpoint
+        weights = point.weights or _configured(run_path, refresh=True)["publish"](config, root, previous)
+        start = point.iteration + 1
+    guard.check("after the warm start")
 
-    for iteration in range(1, config.iterations + 1):
+    for iteration in range(start, config.iterations + 1):
         iteration_started = time.perf_counter()
         rollouts = t["rollout"].map(
             unmapped(config), unmapped(root), unmapped(iteration), range(config.rollout.shards), unmapped(weights)
         )
         scored = t["reward"].map(unmapped(config), unmapped(root), rollouts)
-        updated = t["update"](config, root, iteration, previous, scored.result())
+        scored_refs = scored.result()
+        guard.check(f"in iteration {iteration} after its rollouts were scored")
+        updated = t["update"](config, root, iteration, previous, scored_refs)
         previous = t["checkpoint"](config, root, updated)
+        guard.check(f"in iteration {iteration} after its checkpoint was sealed")
         weights = t["publish"](config, root, previous)
-        metrics = _iteration_metrics(iteration, rollouts.result(), scored.result(), updated, weights,
+        metrics = _iteration_metrics(iteration, rollouts.result(), scored_refs, updated, weights,
                                      time.perf_counter() - iteration_started)
         rundir.write_record(run_path, "metrics", iteration, metrics)
         _log(f"iteration {iteration:>4}/{config.iterations}  reward {metrics['reward_mean']:.3f}  "
              f"loss {metrics['loss']:+.4f}  clip {metrics['clip_frac']:.3f}  "
              f"{metrics['tokens_per_s']:,.0f} tok/s  {metrics['seconds']:.2f}s")
-        every = config.eval.every
-        if iteration < config.iterations and every and iteration % every == 0:
-            evaluations.append(_evaluate(t, config, root, weights, iteration))
-    if config.iterations > 0:
-        evaluations.append(_evaluate(t, config, root, weights, config.iterations))
+        if eval_due(config, iteration):
+            _evaluate(t, config, root, weights, iteration)
+        guard.check(f"after iteration {iteration}")
 
-    return {"run_dir": root, "before": evaluations[0], "after": evaluations[-1],
-            "seconds": time.perf_counter() - started, "weights_sha256": weights["sha256"]}
+    return {"run_dir": root, "before": rundir.read_record(run_path, "eval", 0),
+            "after": rundir.read_record(run_path, "eval", config.iterations),
+            "weights_sha256": weights["sha256"]}
 
 
 def _evaluate(t, config: RunConfig, root: str, weights: dict, iteration: int) -> dict:

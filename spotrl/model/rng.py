@@ -21,3 +21,18 @@ def derive_key(seed: int, stream: str, *path: int) -> jax.Array:
 
 def derive_numpy_rng(seed: int, stream: str, *path: int) -> np.random.Generator:
     return np.random.default_rng([seed, zlib.crc32(stream.encode()), *path])
+
+
+def next_iteration_streams(seed: int, iteration: int, shards: int) -> dict:
+    """The concrete keys iteration `iteration + 1` will use, as JSON: recorded in each checkpoint.
+
+    A resume re-derives them and compares, so a change to the derivation (a code change between the
+    kill and the resume) is caught instead of silently breaking reproducibility.
+    """
+    nxt = iteration + 1
+    minibatch_state = derive_numpy_rng(seed, "minibatches", nxt).bit_generator.state["state"]
+    return {
+        "iteration": nxt,
+        "rollout": [np.asarray(jax.random.key_data(derive_key(seed, "rollout", nxt, s))).tolist() for s in range(shards)],
+        "minibatches": {k: str(v) for k, v in minibatch_state.items()},
+    }

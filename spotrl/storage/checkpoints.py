@@ -18,6 +18,7 @@ from pathlib import Path
 import jax
 import orbax.checkpoint as ocp
 
+from spotrl.faults import failpoint
 from spotrl.storage.atomic import atomic_write_json, sha256_file
 
 _NAME = re.compile(r"^iter_(\d{6})$")
@@ -48,11 +49,27 @@ class CheckpointStore:
         found = [int(m.group(1)) for p in self.root.iterdir() if (m := _NAME.match(p.name))]
         return sorted(i for i in found if self.seal_path(i).exists())
 
+    def leftovers(self) -> list[Path]:
+        """orbax temporaries of saves that were killed before their commit rename."""
+        if not self.root.exists():
+            return []
+        return sorted(p for p in self.root.iterdir() if ".orbax-checkpoint-tmp" in p.name)
+
+    def ref(self, iteration: int) -> dict:
+        """The reference the flow passes around for a sealed checkpoint (a Prefect cache-key input)."""
+        seal = json.loads(self.seal_path(iteration).read_text())
+        return {"uri": str(self.path(iteration)), "iteration": iteration, "sha256": seal["sha256"]}
+
+    def metadata(self, iteration: int) -> dict:
+        """The JSON metadata of a committed checkpoint, without reading its arrays."""
+        return json.loads((self.path(iteration) / "meta" / "metadata").read_text())
+
     def save(self, iteration: int, state, metadata: dict) -> Path:
         """Save a pytree of arrays and a JSON-able dict; idempotent for a committed iteration."""
         path = self.path(iteration)
         if not self.committed(iteration):
             self.root.mkdir(parents=True, exist_ok=True)
+            failpoint("checkpoint.save", iteration)
             self._checkpointer.save(
                 path,
                 ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(metadata)),
@@ -70,6 +87,7 @@ class CheckpointStore:
             raise CheckpointError(f"{self.path(iteration)}: not committed by orbax, cannot seal")
         files = self._checksums(iteration)
         digest = sha256_file_list(files)
+        failpoint("checkpoint.seal", iteration)
         seal = {"iteration": iteration, "files": files, "sha256": digest}
         atomic_write_json(self.seal_path(iteration), seal)
         return seal

@@ -1,7 +1,8 @@
-"""Data frames as parquet files, written atomically."""
+"""Data frames as parquet files, written atomically and read back only if their checksum matches."""
 
 from __future__ import annotations
 
+import hashlib
 import io
 from pathlib import Path
 
@@ -9,14 +10,28 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from spotrl.storage.atomic import atomic_write_bytes
+from spotrl.storage.atomic import atomic_write_bytes, sha256_file
 
 
-def write_frame(path: str | Path, frame: pd.DataFrame) -> None:
+class CorruptFileError(RuntimeError):
+    pass
+
+
+def frame_bytes(frame: pd.DataFrame) -> bytes:
     buffer = io.BytesIO()
     pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), buffer)
-    atomic_write_bytes(path, buffer.getvalue())
+    return buffer.getvalue()
 
 
-def read_frame(path: str | Path) -> pd.DataFrame:
+def write_frame(path: str | Path, frame: pd.DataFrame) -> str:
+    """Write `frame` atomically; returns the sha256 of the file."""
+    data = frame_bytes(frame)
+    atomic_write_bytes(path, data)
+    return hashlib.sha256(data).hexdigest()
+
+
+def read_frame(path: str | Path, sha256: str | None = None) -> pd.DataFrame:
+    """Read a parquet file; with `sha256`, refuse a file whose content is not exactly that."""
+    if sha256 is not None and (actual := sha256_file(path)) != sha256:
+        raise CorruptFileError(f"{path}: sha256 {actual[:12]}... does not match the recorded {sha256[:12]}...")
     return pq.read_table(path).to_pandas()

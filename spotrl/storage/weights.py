@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 from safetensors.numpy import load_file, save_file
 
+from spotrl.faults import failpoint
 from spotrl.storage.atomic import atomic_write_json, atomic_write_text, sha256_file
 from spotrl.storage.pytrees import flatten, unflatten_like
 
@@ -57,6 +58,7 @@ class WeightStore:
             self.root.mkdir(parents=True, exist_ok=True)
             tmp = Path(tempfile.mkdtemp(dir=self.root, prefix=f".tmp-v{version:06d}-"))
             try:
+                failpoint("publish.write", version)
                 flat = {k: np.ascontiguousarray(np.asarray(v)) for k, v in flatten(params).items()}
                 save_file(flat, str(tmp / WEIGHTS_FILE))
                 manifest = {
@@ -73,11 +75,27 @@ class WeightStore:
             except BaseException:
                 shutil.rmtree(tmp, ignore_errors=True)
                 raise
+        failpoint("publish.flip", version)
         current = self.latest()
         if current is None or version > current:
             atomic_write_text(self.root / "LATEST", f"{version}\n")
         self.collect_garbage()
         return self.manifest(version)
+
+    def ref(self, version: int) -> dict:
+        """The reference the flow passes around for a published version (a Prefect cache-key input)."""
+        return {"uri": str(self.version_dir(version)), "version": version, "sha256": self.manifest(version)["sha256"]}
+
+    def leftovers(self) -> list[Path]:
+        """Temporary directories of publishes that were killed before their rename."""
+        return sorted(self.root.glob(".tmp-v*")) if self.root.exists() else []
+
+    def repoint(self, version: int | None) -> None:
+        """Recovery only: point LATEST at `version` (possibly backwards, after quarantining newer ones)."""
+        if version is None:
+            (self.root / "LATEST").unlink(missing_ok=True)
+        else:
+            atomic_write_text(self.root / "LATEST", f"{version}\n")
 
     def manifest(self, version: int) -> dict:
         path = self.version_dir(version) / MANIFEST

@@ -21,16 +21,16 @@ from prefect.cache_policies import INPUTS, TASK_SOURCE
 from spotrl.curation import arithmetic
 from spotrl.curation.batches import batch_indices
 from spotrl.curation.store import save_splits
+from spotrl.faults import failpoint
 from spotrl.flows.config import RunConfig
 from spotrl.model.evaluate import evaluate_pass_at_k
 from spotrl.model.grpo import policy_update
-from spotrl.model.rng import derive_key, derive_numpy_rng
+from spotrl.model.rng import derive_key, derive_numpy_rng, next_iteration_streams
 from spotrl.model.rollout import sample_completions
 from spotrl.model.train_step import build_rl_step
 from spotrl.model.warmstart import supervised_warm_start
 from spotrl.rewards.score import score
-from spotrl.storage.parquet import read_frame, write_frame
-from spotrl.storage.rollouts import shard_path
+from spotrl.storage.rollouts import read_shard, write_shard
 from spotrl.tasks.context import get_context
 
 _PERMANENT_OS_ERRORS = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)
@@ -79,7 +79,10 @@ def warm_start(config: RunConfig, run_dir: str, data: dict) -> dict:
         seed=config.seed, max_new_tokens=config.rollout.max_new_tokens,
     )
     state = {"params": params, "opt_state": ctx.optimizer.init(params)}
-    path = ctx.checkpoints.save(0, state, {"iteration": 0, "data_cursor": 0, "seed": config.seed, **info})
+    meta = {"iteration": 0, "seed": config.seed, "data_cursor": 0, "data_sha256": data["sha256"], "optimizer_steps": 0,
+            "rollout_weights_versions": [], "rng": next_iteration_streams(config.seed, 0, config.rollout.shards),
+            "warmstart": info}
+    path = ctx.checkpoints.save(0, state, meta)
     ctx.train_states.put(0, state)
     return {"uri": str(path), "iteration": 0, "warmstart_seconds": time.perf_counter() - started, **info}
 
@@ -100,6 +103,7 @@ def rollout(config: RunConfig, run_dir: str, iteration: int, shard: int, weights
         derive_key(config.seed, "rollout", iteration, shard),
     )
     seconds = time.perf_counter() - started
+    failpoint("rollout.sample", iteration)
     repeat = lambda column: [v for v in prompts[column] for _ in range(r.group_size)]
     frame = pd.DataFrame({
         "prompt_id": repeat("id"),
@@ -113,20 +117,20 @@ def rollout(config: RunConfig, run_dir: str, iteration: int, shard: int, weights
         "stopped": completions.stopped,
         "weights_version": weights["version"],
     })
-    path = shard_path(ctx.run_dir / "rollouts", iteration, shard)
-    write_frame(path, frame)
-    return {"uri": str(path), "iteration": iteration, "shard": shard, "weights_version": weights["version"],
+    path, sha256 = write_shard(ctx.run_dir / "rollouts", iteration, shard, "rollouts", frame)
+    return {"uri": str(path), "sha256": sha256, "iteration": iteration, "shard": shard, "weights_version": weights["version"],
             "rows": len(frame), "tokens": completions.num_tokens, "rollout_seconds": seconds,
             "tokens_per_s": completions.num_tokens / max(seconds, 1e-9)}
 
 
 @task(name="reward", **STAGE_OPTIONS)
 def reward(config: RunConfig, run_dir: str, rollouts: dict) -> dict:
-    frame = read_frame(rollouts["uri"])
+    frame = read_shard(rollouts["uri"], rollouts["sha256"])
     frame["reward"] = score(config.task.name, frame["completion"].tolist(), frame["stopped"], frame["answer"].tolist())
-    path = shard_path(get_context(run_dir, config).run_dir / "rollouts", rollouts["iteration"], rollouts["shard"], "scored")
-    write_frame(path, frame)
-    return {"uri": str(path), "iteration": rollouts["iteration"], "rows": len(frame),
+    failpoint("reward.score", rollouts["iteration"])
+    root = get_context(run_dir, config).run_dir / "rollouts"
+    path, sha256 = write_shard(root, rollouts["iteration"], rollouts["shard"], "scored", frame)
+    return {"uri": str(path), "sha256": sha256, "iteration": rollouts["iteration"], "rows": len(frame),
             "reward_sum": float(frame["reward"].sum()), "length_sum": int(frame["length"].sum())}
 
 
@@ -135,7 +139,7 @@ def update(config: RunConfig, run_dir: str, iteration: int, previous: dict, scor
     """One policy update on the iteration's scored rollouts; saves the new train state (orbax)."""
     ctx = get_context(run_dir, config)
     started = time.perf_counter()
-    frame = pd.concat([read_frame(ref["uri"]) for ref in scored], ignore_index=True)
+    frame = pd.concat([read_shard(ref["uri"], ref["sha256"]) for ref in scored], ignore_index=True)
     prompt_tokens, prompt_valid = ctx.tokenizer.encode_batch_left_padded(frame["prompt"].tolist())
     state = ctx.train_state(previous["iteration"], consume=True)
     a = config.algorithm
@@ -148,10 +152,19 @@ def update(config: RunConfig, run_dir: str, iteration: int, previous: dict, scor
         group_size=config.rollout.group_size, estimator=a.name, advantage_eps=a.advantage_eps,
         minibatches=a.minibatches, epochs=a.epochs, rng=derive_numpy_rng(config.seed, "minibatches", iteration),
     )
+    failpoint("update.step", iteration)
     state = {"params": params, "opt_state": opt_state}
-    meta = {"iteration": iteration, "seed": config.seed,
-            "data_cursor": iteration * config.rollout.prompts_per_iteration,
-            "rollout_weights_versions": sorted({int(v) for v in frame["weights_version"]})}
+    before = ctx.checkpoints.metadata(previous["iteration"])
+    versions = sorted({int(v) for v in frame["weights_version"]})
+    meta = {  # with the arrays, everything that decides the future of the run
+        "iteration": iteration,
+        "seed": config.seed,
+        "data_cursor": iteration * config.rollout.prompts_per_iteration,  # prompts consumed so far
+        "data_sha256": before["data_sha256"],
+        "optimizer_steps": before["optimizer_steps"] + metrics["optimizer_steps"],
+        "rollout_weights_versions": before["rollout_weights_versions"] + [[iteration, versions]],
+        "rng": next_iteration_streams(config.seed, iteration, config.rollout.shards),
+    }
     path = ctx.checkpoints.save(iteration, state, meta)
     ctx.train_states.put(iteration, state)
     return {"uri": str(path), "iteration": iteration, "update_seconds": time.perf_counter() - started, **metrics}
@@ -161,9 +174,9 @@ def update(config: RunConfig, run_dir: str, iteration: int, previous: dict, scor
 def checkpoint(config: RunConfig, run_dir: str, updated: dict) -> dict:
     """Seal the saved train state with checksums and apply retention."""
     ctx = get_context(run_dir, config)
-    seal = ctx.checkpoints.seal(updated["iteration"])
+    ctx.checkpoints.seal(updated["iteration"])
     ctx.checkpoints.prune()
-    return {"uri": updated["uri"], "iteration": updated["iteration"], "sha256": seal["sha256"]}
+    return ctx.checkpoints.ref(updated["iteration"])
 
 
 @task(name="publish", **STAGE_OPTIONS)
@@ -172,8 +185,8 @@ def publish(config: RunConfig, run_dir: str, sealed: dict) -> dict:
     ctx = get_context(run_dir, config)
     iteration = sealed["iteration"]
     state = ctx.train_state(iteration, consume=False)
-    manifest = ctx.weights.publish(iteration, ctx.policy.to_pure(state["params"]), {"checkpoint": sealed["uri"]})
-    return {"uri": str(ctx.weights.version_dir(iteration)), "version": iteration, "sha256": manifest["sha256"]}
+    ctx.weights.publish(iteration, ctx.policy.to_pure(state["params"]), {"checkpoint": sealed["uri"]})
+    return ctx.weights.ref(iteration)
 
 
 @task(name="evaluate", **STAGE_OPTIONS)

@@ -1,0 +1,103 @@
+"""A local Prefect API server for `spotrl train` that dies with the process that started it.
+
+Without PREFECT_API_URL, Prefect starts a temporary ("ephemeral") server as a plain child process.
+When `spotrl train` is SIGKILLed (the OOM killer, `kill -9`, a preemption without notice) that child
+lives on, holding the SQLite database that the resumed run's own server then competes for. So the
+CLI starts the same server itself, through a tiny launcher that asks Linux to SIGTERM it when its
+parent dies (prctl PR_SET_PDEATHSIG survives exec), and points Prefect at it. With PREFECT_API_URL
+set (a shared server), nothing is started.
+
+    python -m spotrl.flows.local_server PARENT_PID -- COMMAND...   (the launcher)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _free_port() -> int:
+    with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _server_command(port: int) -> list[str]:
+    import prefect
+
+    return [sys.executable, "-m", "uvicorn", "--app-dir", str(prefect.__module_path__.parent), "--factory",
+            "prefect.server.api.server:create_app", "--host", "127.0.0.1", "--port", str(port),
+            "--log-level", "error", "--lifespan", "on"]
+
+
+def _wait_healthy(process: subprocess.Popen, url: str, timeout: float) -> None:
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"the local Prefect server exited with code {process.returncode} while starting")
+        try:
+            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"the local Prefect server at {url} was not healthy after {timeout:.0f} s")
+
+
+@contextlib.contextmanager
+def local_api_server(timeout: float = 120.0):
+    """Point Prefect at a private server for the duration; yields the server's process (None if shared)."""
+    from prefect.settings import PREFECT_API_URL, get_current_settings, temporary_settings
+
+    if PREFECT_API_URL.value():
+        yield None
+        return
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}/api"
+    env = {**os.environ, **get_current_settings().to_environment_variables(exclude_unset=True),
+           "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1"}
+    command = [sys.executable, "-m", "spotrl.flows.local_server", str(os.getpid()), "--", *_server_command(port)]
+    process = subprocess.Popen(command, env=env)
+    try:
+        _wait_healthy(process, url, timeout)
+        with temporary_settings(updates={PREFECT_API_URL: url}):
+            yield process
+    finally:
+        stop(process)
+
+
+def stop(process: subprocess.Popen | None) -> None:
+    if process is None or process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def _launch(parent_pid: int, command: list[str]) -> None:
+    """Arrange SIGTERM on the parent's death, then become `command`."""
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    if os.getppid() != parent_pid:  # the parent died before the death signal was armed
+        sys.exit(1)
+    os.execv(command[0], command)
+
+
+if __name__ == "__main__":
+    _parent, _sep, *_command = sys.argv[1:]
+    _launch(int(_parent), _command)

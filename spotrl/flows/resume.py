@@ -1,0 +1,139 @@
+"""Where a run resumes: the newest iteration whose every output is complete and verifies.
+
+A kill can land anywhere. On restart the flow does not replay the whole history through Prefect's
+cache (that would need every old weight version and break on any code change); it finds the newest
+iteration N whose sealed checkpoint verifies, whose weight version verifies and whose metrics and
+evaluation records exist, rebuilds the references the tasks of N passed on, and continues at N + 1.
+The tasks of N + 1 that finished before the kill are Prefect cache hits; the one that was running
+runs again.
+
+Anything damaged (a checksum mismatch, a truncated file) is moved to RUN/quarantine/ and reported;
+temporaries of writes that never committed are removed. If something newer than N was damaged,
+the cached results of the later tasks may point at it, so those tasks run again (`refresh`):
+everything is deterministic, so they produce the same bytes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+from pathlib import Path
+
+from spotrl.curation.store import damaged_splits
+from spotrl.flows import rundir
+from spotrl.flows.config import RunConfig
+from spotrl.model.rng import next_iteration_streams
+from spotrl.storage.checkpoints import CheckpointError, CheckpointStore
+from spotrl.storage.quarantine import QUARANTINE, quarantine
+from spotrl.storage.rollouts import damaged_shards
+from spotrl.storage.weights import WeightStore, WeightStoreError
+
+
+@dataclasses.dataclass
+class ResumePoint:
+    iteration: int | None = None  # the last complete iteration (0: the warm start); None: start afresh
+    checkpoint: dict | None = None  # the sealed checkpoint reference of that iteration
+    weights: dict | None = None  # its published weight version, None when it must be republished
+    refresh: bool = False  # later tasks must not trust their cached results
+    recurate: bool = False  # the curated data was damaged and is regenerated
+    notes: list[str] = dataclasses.field(default_factory=list)  # what was quarantined or removed, and why
+
+
+def eval_due(config: RunConfig, iteration: int) -> bool:
+    every = config.eval.every
+    return iteration in (0, config.iterations) or bool(every and iteration % every == 0)
+
+
+def _records_complete(run_dir: Path, config: RunConfig, iteration: int) -> bool:
+    if iteration > 0 and not rundir.record_exists(run_dir, "metrics", iteration):
+        return False
+    return not eval_due(config, iteration) or rundir.record_exists(run_dir, "eval", iteration)
+
+
+def _remove_leftovers(run_dir: Path, checkpoints: CheckpointStore, weights: WeightStore, notes: list[str]) -> None:
+    """Temporaries of writes killed before their commit: incomplete by construction, never read."""
+    temporaries = [p for p in run_dir.rglob(".*.tmp-*") if QUARANTINE not in p.relative_to(run_dir).parts]
+    for path in checkpoints.leftovers() + weights.leftovers() + temporaries:
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+        notes.append(f"removed {path.relative_to(run_dir)} (a write killed before it committed)")
+
+
+def find_resume_point(run_dir: Path, config: RunConfig, checkpoints: CheckpointStore,
+                      weights: WeightStore) -> ResumePoint:
+    point = ResumePoint()
+    notes = point.notes
+    _remove_leftovers(run_dir, checkpoints, weights, notes)
+
+    def set_aside(path: Path, reason: str) -> None:
+        quarantine(run_dir, path, reason)
+        notes.append(f"quarantined {path.relative_to(run_dir)}: {reason}")
+
+    data_dir = run_dir / "data"
+    if data_dir.exists() and (why := damaged_splits(data_dir)):
+        set_aside(data_dir, why)
+        point.recurate = True
+
+    damaged_after = None  # the oldest iteration newer than the resume point with a damaged artifact
+    for iteration in reversed(checkpoints.sealed_iterations()):
+        try:
+            checkpoints.verify(iteration)
+        except CheckpointError as err:
+            set_aside(checkpoints.path(iteration), str(err))
+            set_aside(checkpoints.seal_path(iteration), "seal of a quarantined checkpoint")
+            damaged_after = iteration
+            continue
+        if _records_complete(run_dir, config, iteration):
+            point.iteration = iteration
+            point.checkpoint = checkpoints.ref(iteration)
+            break
+    if point.recurate:
+        point.iteration, point.checkpoint = None, None  # the whole run depends on the data
+
+    after = -1 if point.iteration is None else point.iteration
+    for path, reason in damaged_shards(run_dir / "rollouts", after).items():
+        set_aside(path, reason)
+        damaged_after = _oldest(damaged_after, path_iteration(path))
+    for version in weights.versions():
+        if version < after:
+            continue  # older versions are never read again by this run
+        try:
+            weights.verified_digest(version)
+        except (WeightStoreError, OSError) as err:
+            set_aside(weights.version_dir(version), str(err))
+            if version > after:
+                damaged_after = _oldest(damaged_after, version)
+    for path in sorted(weights.root.glob("v[0-9]*")) if weights.root.exists() else []:
+        if not (path / "manifest.json").exists():
+            set_aside(path, "weight version without a manifest: never completed")
+    if weights.latest() is not None and weights.latest() not in weights.versions():
+        newest = max(weights.versions(), default=None)
+        weights.repoint(newest)
+        notes.append(f"LATEST pointed at a version that is gone; now {newest}")
+
+    point.refresh = damaged_after is not None or point.recurate
+    if point.iteration is not None:
+        if point.iteration in weights.versions():
+            point.weights = weights.ref(point.iteration)
+        _check_streams(checkpoints, config, point.iteration)
+    return point
+
+
+def _oldest(current: int | None, iteration: int) -> int:
+    return iteration if current is None else min(current, iteration)
+
+
+def path_iteration(path: Path) -> int:
+    return int(path.parent.name.removeprefix("iter_"))
+
+
+def _check_streams(checkpoints: CheckpointStore, config: RunConfig, iteration: int) -> None:
+    recorded = checkpoints.metadata(iteration).get("rng")
+    if recorded is None:
+        return  # the warm-start checkpoint: nothing random has been drawn by RL yet
+    expected = next_iteration_streams(config.seed, iteration, config.rollout.shards)
+    if recorded != expected:
+        raise rundir.RunDirError(
+            f"{checkpoints.path(iteration)}: the random streams recorded for iteration {iteration + 1} differ from "
+            "the ones this code derives; the code changed how keys are derived, so resuming would not reproduce "
+            "the run. Resume with the version of spotrl that started it, or start a new run directory."
+        )
