@@ -60,3 +60,248 @@ def test_token_logprobs_with_temperature():
 def test_empty_mask_gives_zero_loss_not_nan():
     loss, _ = clipped_policy_loss(jnp.zeros((1, 2)), jnp.zeros((1, 2)), jnp.array([1.0]), jnp.zeros((1, 2)), 0.2)
     assert float(loss) == 0.0 and not np.isnan(float(loss))
+
+
+# --- the policy_loss template ---------------------------------------------------------------------
+
+from spotrl.model.losses import (  # noqa: E402
+    KL_ESTIMATORS,
+    LOSS_AGGREGATIONS,
+    explained_variance,
+    policy_loss,
+    value_loss,
+)
+
+
+def test_clip_higher_token_ratio_by_hand():
+    # ratios 1.25, 1.35, .75, .85; clip range [1 - .2, 1 + .3] = [.8, 1.3]
+    logp = jnp.log(jnp.array([[1.25, 1.35, 0.75, 0.85]]))
+    old, mask = jnp.zeros((1, 4)), jnp.ones((1, 4))
+    kw = dict(clip_low=0.2, clip_high=0.3)
+    # A=+1: 1.25, min(1.35, 1.3)=1.3 (high clip), min(.75, .8)=.75, .85 -> sum 4.15
+    loss, m = policy_loss(logp, old, jnp.array([1.0]), mask, **kw)
+    np.testing.assert_allclose(loss, -4.15 / 4, rtol=1e-6)
+    np.testing.assert_allclose([m["clip_frac_low"], m["clip_frac_high"], m["clip_frac"]], [0, 0.25, 0.25], atol=1e-7)
+    # A=-1: -1.25, min(-1.35, -1.3)=-1.35, min(-.75, -.8)=-.8 (low clip), -.85 -> sum -4.25
+    loss, m = policy_loss(logp, old, jnp.array([-1.0]), mask, **kw)
+    np.testing.assert_allclose(loss, 4.25 / 4, rtol=1e-6)
+    np.testing.assert_allclose([m["clip_frac_low"], m["clip_frac_high"]], [0.25, 0], atol=1e-7)
+    np.testing.assert_allclose(m["pg_loss"], loss, rtol=1e-6)
+    np.testing.assert_allclose(m["ratio_mean"], (1.25 + 1.35 + 0.75 + 0.85) / 4, rtol=1e-6)
+    # per-token advantages [+1, -1, +1, -1]: 1.25 - 1.35 + .75 - .85 = -.2, nothing clipped
+    loss, m = policy_loss(logp, old, jnp.array([[1.0, -1.0, 1.0, -1.0]]), mask, **kw)
+    np.testing.assert_allclose(loss, 0.2 / 4, rtol=1e-5)
+    assert float(m["clip_frac"]) == 0.0
+    # clip_high=None is the symmetric clip [.8, 1.2]: 1.2 + 1.2 + .75 + .85 = 4.0
+    loss, m = policy_loss(logp, old, jnp.array([1.0]), mask, clip_low=0.2)
+    np.testing.assert_allclose(loss, -1.0, rtol=1e-6)
+    np.testing.assert_allclose(m["clip_frac_high"], 0.5, rtol=1e-6)
+
+
+def test_dual_clip_by_hand():
+    # ratios 4, 2, .5; clip .2; dual clip c = 3
+    logp = jnp.log(jnp.array([[4.0, 2.0, 0.5]]))
+    old, mask = jnp.zeros((1, 3)), jnp.ones((1, 3))
+    # A=-1: max(min(-4, -1.2), -3) = -3 (dual);  min(-2, -1.2) = -2;  min(-.5, -.8) = -.8 (low clip)
+    loss_fn = lambda lp, a: policy_loss(lp, old, a, mask, clip_low=0.2, dual_clip=3.0)  # noqa: E731
+    loss, m = loss_fn(logp, jnp.array([-1.0]))
+    np.testing.assert_allclose(loss, 5.8 / 3, rtol=1e-6)
+    np.testing.assert_allclose([m["dual_clip_frac"], m["clip_frac_low"], m["clip_frac_high"]], [1 / 3, 1 / 3, 0],
+                               atol=1e-7)
+    # a dual-clipped or clipped token gets no gradient; the free token gets -A * r / 3 = 2/3
+    g = jax.grad(lambda lp: loss_fn(lp, jnp.array([-1.0]))[0])(logp)
+    np.testing.assert_allclose(g, [[0.0, 2.0 / 3, 0.0]], atol=1e-6)
+    # A=+1: the dual clip does not apply: min(4, 1.2) + min(2, 1.2) + .5 = 2.9
+    loss, m = loss_fn(logp, jnp.array([1.0]))
+    np.testing.assert_allclose(loss, -2.9 / 3, rtol=1e-6)
+    np.testing.assert_allclose([m["dual_clip_frac"], m["clip_frac_high"]], [0, 2 / 3], atol=1e-7)
+    with pytest.raises(ValueError, match="dual_clip"):
+        policy_loss(logp, old, jnp.array([1.0]), mask, dual_clip=1.0)
+
+
+def _gspo_case():
+    # row 0: valid log ratios ln2, 0 (the 50 is padding) -> s0 = exp(ln2 / 2) = sqrt 2 = 1.4142136
+    # row 1: log ratios .1, -.4, 0 -> mean -.1 -> s1 = exp(-.1) = .9048374
+    logp = jnp.array([[jnp.log(2.0), 0.0, 50.0], [0.1, -0.4, 0.0]])
+    mask = jnp.array([[1, 1, 0], [1, 1, 1]])
+    return logp, jnp.zeros((2, 3)), jnp.array([1.0, -1.0]), mask
+
+
+def test_sequence_ratio_gspo_by_hand():
+    logp, old, adv, mask = _gspo_case()
+    # clip .2: row 0 min(1.414, 1.2) = 1.2 (high clip); row 1 min(-.9048, -.9048) = -.9048374
+    loss, m = policy_loss(logp, old, adv, mask, ratio_level="sequence", clip_low=0.2,
+                          aggregation="seq_mean_token_mean")
+    np.testing.assert_allclose(loss, (-1.2 + 0.9048374) / 2, rtol=1e-6)
+    # token_mean weighs row 0 by its 2 tokens and row 1 by its 3: (-2.4 + 3 * .9048374) / 5
+    loss, m = policy_loss(logp, old, adv, mask, ratio_level="sequence", clip_low=0.2)
+    np.testing.assert_allclose(loss, (-2.4 + 3 * 0.9048374) / 5, rtol=1e-6)
+    np.testing.assert_allclose([m["clip_frac_high"], m["clip_frac_low"]], [0.4, 0.0], atol=1e-7)
+    np.testing.assert_allclose(m["ratio_mean"], (2 * 1.4142136 + 3 * 0.9048374) / 5, rtol=1e-6)
+    assert np.isfinite(float(m["approx_kl"]))  # the padding's log ratio 50 never reaches exp
+    # a wider clip leaves row 0 free: -(1.4142136 - .9048374) / 2
+    loss, _ = policy_loss(logp, old, adv, mask, ratio_level="sequence", clip_low=0.5,
+                          aggregation="seq_mean_token_mean")
+    np.testing.assert_allclose(loss, -(1.4142136 - 0.9048374) / 2, rtol=1e-6)
+
+
+def test_sequence_ratio_gradient_is_gspo():
+    """d loss / d logp_{i,t} = -A_i s_i / |y_i| / B for unclipped sequences (GSPO's gradient)."""
+    logp, old, adv, mask = _gspo_case()
+    g = jax.grad(lambda lp: policy_loss(lp, old, adv, mask, ratio_level="sequence", clip_low=0.5,
+                                        aggregation="seq_mean_token_mean")[0])(logp)
+    s0, s1 = 1.4142136, 0.9048374
+    expected = [[-s0 / 2 / 2, -s0 / 2 / 2, 0.0], [s1 / 3 / 2, s1 / 3 / 2, s1 / 3 / 2]]
+    np.testing.assert_allclose(g, expected, rtol=1e-5)
+
+
+def test_aggregations_by_hand():
+    # at ratio 1 the per-token loss is -A; A = 9 on masked tokens must be ignored; row 2 is empty
+    adv = jnp.array([[1.0, 2.0, 3.0, 9.0], [4.0, 9.0, 9.0, 9.0], [9.0, 9.0, 9.0, 9.0]])
+    mask = jnp.array([[1, 1, 1, 0], [1, 0, 0, 0], [0, 0, 0, 0]])
+    lp = jnp.zeros((3, 4))
+
+    def loss(aggregation, **kw):
+        return float(policy_loss(lp, lp, adv, mask, aggregation=aggregation, **kw)[0])
+
+    np.testing.assert_allclose(loss("token_mean"), -(1 + 2 + 3 + 4) / 4, rtol=1e-6)
+    np.testing.assert_allclose(loss("seq_mean_token_mean"), -(2 + 4) / 2, rtol=1e-6)  # row means 2, 4
+    # Dr.GRPO: row sums 6, 4 over N = 4 -> 1.5, 1 -> mean 1.25; with constant 2 -> 3, 2 -> 2.5
+    np.testing.assert_allclose(loss("seq_mean_token_sum_norm"), -1.25, rtol=1e-6)
+    np.testing.assert_allclose(loss("seq_mean_token_sum_norm", norm_constant=2.0), -2.5, rtol=1e-6)
+    assert {"token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"} <= set(LOSS_AGGREGATIONS.names())
+    with pytest.raises(ValueError, match="norm_constant"):
+        loss("token_mean", norm_constant=2.0)
+    with pytest.raises(ValueError, match="loss aggregation"):
+        loss("sum_everything")
+    with pytest.raises(ValueError, match="ratio_level"):
+        policy_loss(lp, lp, adv, mask, ratio_level="segment")
+
+
+def test_kl_estimators_by_hand():
+    logp = jnp.array([[-1.0, -2.0]])
+    ref = jnp.array([[-1.5, -1.0]])  # d = ref - logp = -.5, 1
+    np.testing.assert_allclose(KL_ESTIMATORS["k1"](logp, ref), [[0.5, -1.0]], rtol=1e-6)
+    np.testing.assert_allclose(KL_ESTIMATORS["k2"](logp, ref), [[0.125, 0.5]], rtol=1e-6)
+    # exp(-.5) + .5 - 1 = .1065307;  e - 1 - 1 = .7182818
+    np.testing.assert_allclose(KL_ESTIMATORS["k3"](logp, ref), [[0.1065307, 0.7182818]], rtol=1e-6)
+
+
+def test_kl_penalty_in_the_loss():
+    # at ratio 1 with A = 0 the loss is kl_coef * token-mean(KL); the third token is padding
+    # whose reference logprob would overflow exp() if it were not masked first
+    logp = jnp.array([[-1.0, -2.0, -1.0]])
+    ref = jnp.array([[-1.5, -1.0, 100.0]])
+    mask = jnp.array([[1, 1, 0]])
+    for estimator, mean_kl in [("k1", -0.25), ("k2", 0.3125), ("k3", 0.41240625)]:
+        loss, m = policy_loss(logp, logp, jnp.zeros(1), mask, ref_logprobs=ref, kl_coef=0.1, kl_estimator=estimator)
+        np.testing.assert_allclose(loss, 0.1 * mean_kl, rtol=1e-5)
+        np.testing.assert_allclose(m["kl"], mean_kl, rtol=1e-5)
+        assert float(m["pg_loss"]) == 0.0
+    g = jax.grad(lambda lp: policy_loss(lp, jax.lax.stop_gradient(logp), jnp.zeros(1), mask, ref_logprobs=ref,
+                                        kl_coef=0.1, kl_estimator="k1")[0])(logp)
+    np.testing.assert_allclose(g, [[0.05, 0.05, 0.0]], rtol=1e-5)  # d(.1 * mean k1)/d logp = .1 / 2
+    with pytest.raises(ValueError, match="ref_logprobs"):
+        policy_loss(logp, logp, jnp.zeros(1), mask, kl_coef=0.1)
+
+
+def test_entropy_bonus():
+    lp, mask = jnp.zeros((1, 3)), jnp.array([[1, 1, 0]])
+    loss, m = policy_loss(lp, lp, jnp.zeros(1), mask, entropy=jnp.array([[1.0, 3.0, 50.0]]), entropy_coef=0.01)
+    np.testing.assert_allclose(loss, -0.01 * 2.0, rtol=1e-6)  # mean entropy over valid tokens = 2
+    np.testing.assert_allclose(m["entropy"], 2.0, rtol=1e-6)
+    with pytest.raises(ValueError, match="entropy"):
+        policy_loss(lp, lp, jnp.zeros(1), mask, entropy_coef=0.01)
+
+
+def test_approx_kl_is_k3_against_the_behaviour_policy():
+    # r = 2: 2 - 1 - ln 2 = .3068528;  r = .5: .5 - 1 + ln 2 = .1931472;  mean .25
+    _, m = policy_loss(jnp.log(jnp.array([[2.0, 0.5]])), jnp.zeros((1, 2)), jnp.zeros(1), jnp.ones((1, 2)))
+    np.testing.assert_allclose(m["approx_kl"], 0.25, rtol=1e-5)
+
+
+def test_policy_loss_jits():
+    logp, old, adv, mask = _gspo_case()
+    kw = dict(ratio_level="sequence", clip_low=0.2, clip_high=0.28, aggregation="seq_mean_token_sum_norm")
+    eager = policy_loss(logp, old, adv, mask, **kw)
+    jitted = jax.jit(lambda *a: policy_loss(*a, **kw))(logp, old, adv, mask)
+    np.testing.assert_allclose(eager[0], jitted[0], rtol=1e-6)
+    assert set(eager[1]) == set(jitted[1])
+
+
+@pytest.mark.parametrize("ratio_level", ["token", "sequence"])
+def test_policy_loss_gradient_matches_finite_differences(ratio_level):
+    """Every term at once (clip-higher, dual clip, k3 KL, entropy) on a point away from the kinks."""
+    with jax.enable_x64(True):
+        old = jnp.array([[-1.0, -0.5, -2.0], [-0.3, -1.2, -0.8]], jnp.float64)
+        logp0 = old + jnp.array([[0.1, -0.3, 9.0], [0.5, -0.05, 0.2]], jnp.float64)  # 9.0 is padding
+        ref = jnp.array([[-1.1, -0.2, -3.0], [-0.6, -1.0, -0.7]], jnp.float64)
+        mask = jnp.array([[1, 1, 0], [1, 1, 1]])
+        adv = jnp.array([1.0, -0.7], jnp.float64)
+        entropy = jnp.array([[0.9, 1.1, 0.0], [0.4, 0.6, 0.8]], jnp.float64)
+
+        @jax.jit
+        def f(lp):
+            return policy_loss(lp, old, adv, mask, ratio_level=ratio_level, clip_low=0.2, clip_high=0.28,
+                               dual_clip=3.0, aggregation="seq_mean_token_mean", ref_logprobs=ref, kl_coef=0.1,
+                               kl_estimator="k3", entropy=entropy, entropy_coef=0.01)[0]
+
+        grad = np.asarray(jax.grad(f)(logp0))
+        assert grad.dtype == np.float64
+        h, numeric = 1e-6, np.zeros((2, 3))
+        for i in range(2):
+            for j in range(3):
+                step = jnp.zeros((2, 3), jnp.float64).at[i, j].set(h)
+                numeric[i, j] = (float(f(logp0 + step)) - float(f(logp0 - step))) / (2 * h)
+        np.testing.assert_allclose(grad, numeric, rtol=1e-6, atol=1e-9)
+        assert np.abs(grad[mask == 1]).min() > 1e-3 and grad[0, 2] == 0.0
+    assert jnp.zeros(1).dtype == jnp.float32  # x64 is off again for the other tests
+
+
+# --- value loss and explained variance ----------------------------------------------------------
+
+
+def test_value_loss_by_hand():
+    values = jnp.array([[1.0, 2.0, 0.0, 9.0]])
+    old = jnp.array([[0.5, 2.5, 0.0, 9.0]])
+    returns = jnp.array([[2.0, 1.0, 0.3, 0.0]])
+    mask = jnp.array([[1, 1, 1, 0]])
+    # t0: v_clip = .5 + .2 = .7: max((1-2)^2, (.7-2)^2) = 1.69 (clipped)
+    # t1: v_clip = 2.5 - .2 = 2.3: max((2-1)^2, (2.3-1)^2) = 1.69 (clipped);  t2: .09 either way
+    loss, m = value_loss(values, old, returns, mask, 0.2)
+    np.testing.assert_allclose(loss, 0.5 * (1.69 + 1.69 + 0.09) / 3, rtol=1e-6)
+    np.testing.assert_allclose(m["value_clip_frac"], 2 / 3, rtol=1e-6)
+    np.testing.assert_allclose(m["value_mean"], 1.0, rtol=1e-6)
+    g = jax.grad(lambda v: value_loss(v, old, returns, mask, 0.2)[0])(values)
+    np.testing.assert_allclose(g, [[0.0, 0.0, (0.0 - 0.3) / 3, 0.0]], atol=1e-7)  # clipped: no gradient
+    loss, m = value_loss(values, old, returns, mask, None)  # plain .5 (v - R)^2
+    np.testing.assert_allclose(loss, 0.5 * (1 + 1 + 0.09) / 3, rtol=1e-6)
+    assert float(m["value_clip_frac"]) == 0.0
+
+
+def test_explained_variance():
+    returns = jnp.array([[1.0, 2.0, 3.0, 100.0]])
+    mask = jnp.array([[1, 1, 1, 0]])
+    np.testing.assert_allclose(explained_variance(jnp.array([[1.0, 2.0, 3.0, -5.0]]), returns, mask), 1.0)
+    # residuals -1, 0, 1 have the returns' own variance 2/3 -> 0;  values 3,2,1: Var[-2,0,2] = 8/3 -> -3
+    np.testing.assert_allclose(explained_variance(jnp.full((1, 4), 2.0), returns, mask), 0.0, atol=1e-6)
+    np.testing.assert_allclose(explained_variance(jnp.array([[3.0, 2.0, 1.0, 0.0]]), returns, mask), -3.0,
+                               rtol=1e-6)
+    assert np.isnan(float(explained_variance(jnp.zeros((1, 4)), jnp.ones((1, 4)), mask)))
+
+
+def test_garbage_on_padding_never_leaks_into_the_loss():
+    # NaN advantages and entropies and huge logprobs on padding: every aggregation stays finite
+    logp = jnp.array([[-0.5, 80.0], [-1.0, -1.0]])
+    old = jnp.array([[-0.6, -80.0], [-1.0, -1.0]])
+    adv = jnp.array([[1.0, jnp.nan], [-1.0, -1.0]])
+    entropy = jnp.array([[1.0, jnp.nan], [1.0, 1.0]])
+    mask = jnp.array([[1, 0], [1, 1]])
+    for aggregation in LOSS_AGGREGATIONS.names():
+        for ratio_level in ("token", "sequence"):
+            loss, m = policy_loss(logp, old, adv, mask, ratio_level=ratio_level, aggregation=aggregation,
+                                  ref_logprobs=old, kl_coef=0.1, entropy=entropy, entropy_coef=0.01)
+            assert all(np.isfinite(float(v)) for v in [loss, *m.values()]), (aggregation, ratio_level, m)
+            g = jax.grad(lambda lp: policy_loss(lp, old, adv, mask, ratio_level=ratio_level,
+                                                aggregation=aggregation)[0])(logp)
+            assert np.isfinite(np.asarray(g)).all() and float(g[0, 1]) == 0.0

@@ -71,9 +71,24 @@ def local_api_server(timeout: float = 120.0):
     try:
         _wait_healthy(process, url, timeout)
         with temporary_settings(updates={PREFECT_API_URL: url}):
-            yield process
+            try:
+                yield process
+            finally:
+                _drain_prefect_workers()
     finally:
         stop(process)
+
+
+def _drain_prefect_workers() -> None:
+    """Send queued logs and events before the server goes, instead of failing to at interpreter exit."""
+    from prefect.events.worker import EventsWorker
+    from prefect.logging.handlers import APILogWorker
+
+    for worker in (APILogWorker, EventsWorker):
+        try:
+            worker.drain_all(timeout=5)
+        except Exception:  # noqa: BLE001 - best effort: a worker that never started has nothing to send
+            pass
 
 
 def stop(process: subprocess.Popen | None) -> None:

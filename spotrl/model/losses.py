@@ -34,9 +34,12 @@ def token_logprobs(logits: jax.Array, targets: jax.Array, temperature: float = 1
 
 
 def masked_mean(x: jax.Array, mask: jax.Array) -> jax.Array:
-    """Mean of x over the entries where mask is set; 0 (not NaN) when none is."""
-    mask = mask.astype(x.dtype)
-    return (x * mask).sum() / jnp.maximum(mask.sum(), 1.0)
+    """Mean of x over the entries where mask is set; 0 (not NaN) when none is.
+
+    Masked entries are selected away, not multiplied by 0, so inf/NaN there cannot leak in.
+    """
+    valid = mask.astype(bool)
+    return jnp.where(valid, x, 0.0).sum() / jnp.maximum(valid.sum(), 1).astype(x.dtype)
 
 
 # --- KL estimators ------------------------------------------------------------------------------
@@ -54,13 +57,15 @@ def kl_k1(logprobs: jax.Array, ref_logprobs: jax.Array) -> jax.Array:
 
 @KL_ESTIMATORS.register("k2")
 def kl_k2(logprobs: jax.Array, ref_logprobs: jax.Array) -> jax.Array:
-    """k2 = d^2 / 2: biased but low variance and non-negative; its gradient is that of KL."""
+    """k2 = d^2 / 2: biased value but non-negative and low variance; used as a loss (samples held
+    fixed) its expected gradient is exactly that of KL(pi || pi_ref) (Tang & Munos 2025)."""
     return 0.5 * jnp.square(logprobs - ref_logprobs)
 
 
 @KL_ESTIMATORS.register("k3")
 def kl_k3(logprobs: jax.Array, ref_logprobs: jax.Array) -> jax.Array:
-    """k3 = exp(d) - d - 1: unbiased and non-negative (GRPO's estimator, Shao et al. 2024)."""
+    """k3 = exp(d) - d - 1: unbiased value and non-negative (GRPO's estimator, Shao et al. 2024);
+    used as a loss its expected gradient is that of the forward KL(pi_ref || pi) instead."""
     d = ref_logprobs - logprobs
     return jnp.exp(d) - d - 1.0
 
@@ -72,6 +77,10 @@ def kl_k3(logprobs: jax.Array, ref_logprobs: jax.Array) -> jax.Array:
 LOSS_AGGREGATIONS: Registry[Callable[[jax.Array, jax.Array, float | None], jax.Array]] = Registry(
     "loss aggregation"
 )
+
+
+def _masked_sum(per_token: jax.Array, mask: jax.Array) -> jax.Array:
+    return jnp.where(mask.astype(bool), per_token, 0.0).sum(axis=-1)
 
 
 def _mean_over_nonempty_rows(per_sequence: jax.Array, mask: jax.Array) -> jax.Array:
@@ -92,7 +101,7 @@ def seq_mean_token_mean(per_token: jax.Array, mask: jax.Array, norm_constant: fl
     """Mean over sequences of each sequence's token-mean: each sequence weighs the same
     (the original GRPO objective, Shao et al. 2024; GSPO's sequence-level objective)."""
     del norm_constant
-    per_sequence = (per_token * mask).sum(axis=-1) / jnp.maximum(mask.sum(axis=-1), 1.0)
+    per_sequence = _masked_sum(per_token, mask) / jnp.maximum(mask.sum(axis=-1), 1.0)
     return _mean_over_nonempty_rows(per_sequence, mask)
 
 
@@ -104,7 +113,7 @@ def seq_mean_token_sum_norm(per_token: jax.Array, mask: jax.Array, norm_constant
     verl sums over sequences instead of averaging; that differs by a constant factor B."""
     if norm_constant is None:
         norm_constant = per_token.shape[-1]
-    per_sequence = (per_token * mask).sum(axis=-1) / norm_constant
+    per_sequence = _masked_sum(per_token, mask) / norm_constant
     return _mean_over_nonempty_rows(per_sequence, mask)
 
 
