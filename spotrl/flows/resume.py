@@ -54,6 +54,8 @@ def _remove_leftovers(run_dir: Path, checkpoints: CheckpointStore, weights: Weig
     """Temporaries of writes killed before their commit: incomplete by construction, never read."""
     temporaries = [p for p in run_dir.rglob(".*.tmp-*") if QUARANTINE not in p.relative_to(run_dir).parts]
     for path in checkpoints.leftovers() + weights.leftovers() + temporaries:
+        if not path.exists():
+            continue  # it was inside a leftover directory removed just before
         shutil.rmtree(path) if path.is_dir() else path.unlink()
         notes.append(f"removed {path.relative_to(run_dir)} (a write killed before it committed)")
 

@@ -1,0 +1,134 @@
+"""Kill `spotrl train` at many moments, resume each time, and end bit-for-bit where an uninterrupted run ends.
+
+Real processes, real SIGKILL and SIGTERM, a real Prefect server (the session harness; one test uses
+the CLI's private server to check that nothing is left behind).
+"""
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from spotrl.chaos import Kill, read_jsonl, run_attempt, standard_kills, strip_timing
+from spotrl.flows.preemption import EXIT_PREEMPTED
+from spotrl.storage.checkpoints import CheckpointStore
+from spotrl.storage.weights import WeightStore
+from conftest import TINY_OVERRIDES
+
+ITERATIONS = 8
+OVERRIDES = [o for o in TINY_OVERRIDES if not o.startswith("iterations=")] + [f"iterations={ITERATIONS}", "eval.every=4"]
+
+
+@pytest.fixture(scope="module")
+def server_env(prefect_harness):
+    from prefect.settings import PREFECT_API_URL
+
+    return {**os.environ, "PREFECT_API_URL": PREFECT_API_URL.value()}
+
+
+@pytest.fixture(scope="module")
+def private_server_env():
+    return {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+
+
+@pytest.fixture(scope="module")
+def baseline(server_env, tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("baseline")
+    attempt = run_attempt(run_dir, OVERRIDES, env=server_env)
+    assert attempt.returncode == 0, attempt.output
+    return run_dir
+
+
+def _same_run(run_dir: Path, baseline: Path) -> None:
+    assert WeightStore(run_dir / "weights").verified_digest() == WeightStore(baseline / "weights").verified_digest()
+    for name in ("metrics.jsonl", "eval.jsonl"):
+        ours, theirs = read_jsonl(run_dir / name), read_jsonl(baseline / name)
+        assert len(ours) == len(theirs) > 0
+        assert [strip_timing(r) for r in ours] == [strip_timing(r) for r in theirs]
+
+
+def test_strip_timing_drops_exactly_timing_fields():
+    record = {"iteration": 3, "seconds": 1.0, "tokens_per_s": 9.0, "eval_time": 2, "timing": {"a": 1},
+              "loss": 0.5, "nested": {"update_seconds": 1, "kl": 0.1}}
+    assert strip_timing(record) == {"iteration": 3, "loss": 0.5, "nested": {"kl": 0.1}}
+
+
+def test_chaos_kills_then_resume_ends_bit_for_bit(baseline, server_env, tmp_path):
+    run_dir = tmp_path / "chaos"
+    attempts = [run_attempt(run_dir, OVERRIDES, kill, env=server_env) for kill in standard_kills(ITERATIONS, seed=3)]
+    for attempt in attempts:
+        assert attempt.returncode in (-signal.SIGKILL, 0), attempt.output
+    failpoint_kills = [a for a in attempts if a.kill.failpoint]
+    assert all(a.was_killed for a in failpoint_kills), [a.kill.describe() for a in failpoint_kills if not a.was_killed]
+    assert sum(a.was_killed for a in attempts) >= len(failpoint_kills) + 1
+    final = run_attempt(run_dir, OVERRIDES, env=server_env)
+    assert final.returncode == 0, final.output
+    # every resumed attempt continued from a complete iteration and never went backwards
+    resumed = [int(line.split()[3]) for a in attempts[1:] + [final] for line in a.output.splitlines()
+               if line.startswith("resuming after iteration")]
+    assert resumed == sorted(resumed) and len(resumed) >= len(attempts) - 1
+    _same_run(run_dir, baseline)
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def _gone(pid: int, within: float) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc to find child processes")
+def test_sigterm_checkpoints_exits_preempted_and_resumes(baseline, server_env, private_server_env, tmp_path):
+    run_dir = tmp_path / "sigterm"
+    server_pids = []
+
+    def preempt(process, line):
+        if line.startswith("iteration    3/") and not server_pids:
+            server_pids.extend(_children(process.pid))
+            process.send_signal(signal.SIGTERM)
+
+    attempt = run_attempt(run_dir, OVERRIDES, env=private_server_env, on_line=preempt)
+    assert attempt.returncode == EXIT_PREEMPTED, attempt.output
+    assert "preempted by SIGTERM" in attempt.output
+    metrics = read_jsonl(run_dir / "metrics.jsonl")
+    sealed = CheckpointStore(run_dir / "checkpoints").sealed_iterations()
+    assert 3 <= metrics[-1]["iteration"] <= sealed[-1] < ITERATIONS  # stopped early, after a checkpoint
+    assert server_pids and all(_gone(pid, within=10) for pid in server_pids)
+
+    resumed = run_attempt(run_dir, OVERRIDES, env=server_env)
+    assert resumed.returncode == 0, resumed.output
+    assert f"resuming after iteration {metrics[-1]['iteration']}" in resumed.output
+    _same_run(run_dir, baseline)
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc to find child processes")
+def test_sigkill_leaves_no_process_behind(private_server_env, tmp_path):
+    children = []
+
+    def record(process, line):
+        if line.startswith("iteration    1/") and not children:
+            children.extend(_children(process.pid))
+
+    kill = Kill(after_line="iteration    1/", delay=0.0)
+    attempt = run_attempt(tmp_path / "run", OVERRIDES, kill, env=private_server_env, on_line=record)
+    assert attempt.was_killed
+    assert children, "the CLI should have started its private Prefect server"
+    assert all(_gone(pid, within=10) for pid in children)
