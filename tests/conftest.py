@@ -4,7 +4,12 @@ Set before anything imports prefect, since Prefect reads its settings at import 
 """
 
 import os
+import signal
+import socket
+import subprocess
+import sys
 import tempfile
+import time
 from pathlib import Path
 
 _HOME = Path(tempfile.mkdtemp(prefix="spotrl-tests-prefect-"))
@@ -49,3 +54,83 @@ def prefect_harness():
 
     with prefect_test_harness(server_startup_timeout=120):
         yield
+
+
+class PrefectServer:
+    """A real local Prefect server (SQLite) with the `spotrl` process pool, the deployments of
+    deployments/prefect.yaml (and their triggers) applied, and one process worker polling every
+    second. Talk to it with `api` (an httpx client on its REST API) or `cli` (the prefect CLI)."""
+
+    def __init__(self, root: Path, base: Path):
+        import httpx
+
+        self.root, self.logs = root, base / "logs"
+        self.logs.mkdir(parents=True)
+        home = base / "prefect-home"
+        port = _free_port()
+        self.url = f"http://127.0.0.1:{port}/api"
+        self.env = dict(os.environ, PREFECT_HOME=str(home), PREFECT_API_URL=self.url,
+                        PREFECT_API_DATABASE_CONNECTION_URL=f"sqlite+aiosqlite:///{home}/prefect.db",
+                        PREFECT_WORKER_QUERY_SECONDS="1", PREFECT_WORKER_PREFETCH_SECONDS="1")
+        self.env.pop("PREFECT_RESULTS_LOCAL_STORAGE_PATH", None)
+        self.prefect = str(Path(sys.executable).parent / "prefect")
+        self.api = httpx.Client(base_url=self.url, timeout=30)
+        self._procs: list[subprocess.Popen] = []
+        self._spawn("server", "server", "start", "--host", "127.0.0.1", "--port", str(port))
+
+    def _spawn(self, name: str, *args: str) -> None:
+        self._procs.append(subprocess.Popen([self.prefect, *args], env=self.env, cwd=self.root,
+                                            stdout=open(self.logs / f"{name}.log", "w"),
+                                            stderr=subprocess.STDOUT, start_new_session=True))
+
+    def start(self) -> "PrefectServer":
+        import httpx
+
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if self.api.get("/health").status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"Prefect server at {self.url} not healthy after 120 s:\n{self.log('server')}")
+            time.sleep(0.3)
+        self.cli("work-pool", "create", "spotrl", "--type", "process")
+        self.cli("--no-prompt", "deploy", "--all", "--prefect-file", "deployments/prefect.yaml")
+        self._spawn("worker", "worker", "start", "--pool", "spotrl", "--limit", "2")
+        return self
+
+    def cli(self, *args: str, timeout: float = 180, check: bool = True) -> subprocess.CompletedProcess:
+        return subprocess.run([self.prefect, *args], env=self.env, cwd=self.root, check=check,
+                              capture_output=True, text=True, timeout=timeout)
+
+    def log(self, name: str, tail: int = 4000) -> str:
+        return (self.logs / f"{name}.log").read_text()[-tail:]
+
+    def stop(self) -> None:
+        self.api.close()
+        for proc in reversed(self._procs):  # the worker first, then the server
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+                try:
+                    proc.wait(15)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def prefect_server(tmp_path_factory):
+    """One server + worker for the deployment and automation tests (a server start costs ~10 s)."""
+    server = PrefectServer(Path(__file__).resolve().parents[1], tmp_path_factory.mktemp("prefect-server"))
+    try:
+        yield server.start()
+    finally:
+        server.stop()

@@ -57,12 +57,120 @@ class RolloutConfig(_Section):
     shards: int = Field(1, gt=0, description="rollout work split into this many parallel tasks")
 
 
+class KLConfig(_Section):
+    """KL to the frozen reference policy (the warm-start weights, version 0)."""
+
+    coef: float = Field(0.0, ge=0, description="0 disables it (no reference forward pass)")
+    estimator: Literal["k1", "k2", "k3"] = "k3"
+    in_reward: bool = Field(False, description="subtract coef * KL from per-token rewards instead of adding it to the loss")
+
+
+class DynamicSamplingConfig(_Section):
+    """DAPO: drop groups whose rewards are all equal; generate more prompts until the batch is full."""
+
+    enabled: bool = False
+    max_rounds: int = Field(4, ge=0, description="extra generation rounds per iteration at most")
+
+
+class OverlongConfig(_Section):
+    """DAPO's soft overlong penalty, in tokens: 0 up to max_tokens - cache_tokens, then linear to -penalty."""
+
+    enabled: bool = False
+    max_tokens: int | None = Field(None, gt=0, description="default: rollout.max_new_tokens")
+    cache_tokens: int = Field(2, ge=0)
+    penalty: float = Field(1.0, ge=0)
+
+
+class ValueConfig(_Section):
+    """PPO's critic: a value head on the policy's trunk ("shared") or on a trunk of its own ("separate")."""
+
+    head: Literal["none", "shared", "separate"] = "none"
+    coef: float = Field(0.5, gt=0)
+    clip: float | None = Field(0.2, gt=0)
+    gamma: float = Field(1.0, gt=0, le=1)
+    lam: float = Field(0.95, ge=0, le=1)
+    learning_rate: float = Field(1e-3, gt=0)
+
+
+ALGORITHMS = ("grpo", "dr_grpo", "dapo", "rloo", "reinforce_pp", "gspo", "ppo")
+
+# Each preset is only a choice of parts. The field defaults of AlgorithmConfig are GRPO's (with the
+# token-mean aggregation verl and DAPO use); a preset overrides some of them, and any key set
+# explicitly in a config file or with --set overrides the preset.
+ALGORITHM_PRESETS: dict[str, dict] = {
+    "grpo": {},
+    "dr_grpo": {"advantage": "dr_grpo", "aggregation": "seq_mean_token_sum_norm"},
+    "dapo": {"clip_high": 0.28, "dynamic_sampling": {"enabled": True}, "overlong": {"enabled": True}},
+    "rloo": {"advantage": "rloo"},
+    "reinforce_pp": {"advantage": "reinforce_pp", "kl": {"coef": 0.01, "estimator": "k1", "in_reward": True}},
+    "gspo": {"ratio_level": "sequence", "clip_low": 3e-4, "clip_high": 4e-4, "aggregation": "seq_mean_token_mean"},
+    "ppo": {"advantage": "gae", "value": {"head": "shared"}},
+}
+
+
+def _merge(base: dict, override: dict) -> dict:
+    merged = dict(base)
+    for key, value in override.items():
+        merged[key] = _merge(base[key], value) if isinstance(value, dict) and isinstance(base.get(key), dict) else value
+    return merged
+
+
 class AlgorithmConfig(_Section):
-    name: Literal["grpo"] = "grpo"
-    clip_eps: float = Field(0.2, gt=0, lt=1)
+    name: Literal[ALGORITHMS] = "grpo"
+    advantage: Literal["grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "gae"] = "grpo"
     advantage_eps: float = Field(1e-4, gt=0)
+    ratio_level: Literal["token", "sequence"] = "token"
+    clip_low: float = Field(0.2, gt=0, lt=1, description="ratio clipped below at 1 - clip_low")
+    clip_high: float = Field(0.2, gt=0, description="ratio clipped above at 1 + clip_high (DAPO: clip-higher)")
+    dual_clip: float | None = Field(None, gt=1, description="objective bounded below by dual_clip * A for A < 0")
+    aggregation: Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"] = "token_mean"
+    norm_constant: float | None = Field(None, gt=0, description="seq_mean_token_sum_norm's divisor; default max_new_tokens")
+    entropy_coef: float = Field(0.0, ge=0)
+    kl: KLConfig = KLConfig()
+    dynamic_sampling: DynamicSamplingConfig = DynamicSamplingConfig()
+    overlong: OverlongConfig = OverlongConfig()
+    value: ValueConfig = ValueConfig()
     minibatches: int = Field(4, gt=0)
     epochs: int = Field(1, gt=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _apply_preset(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("name", "grpo") in ALGORITHM_PRESETS:
+            return _merge(ALGORITHM_PRESETS[data.get("name", "grpo")], data)
+        return data
+
+    def loss_spec(self, max_new_tokens: int):
+        from spotrl.model.train_step import LossSpec
+
+        norm = self.norm_constant
+        if self.aggregation == "seq_mean_token_sum_norm" and norm is None:
+            norm = float(max_new_tokens)  # Dr.GRPO: a constant, the generation budget
+        return LossSpec(
+            ratio_level=self.ratio_level, clip_low=self.clip_low, clip_high=self.clip_high, dual_clip=self.dual_clip,
+            aggregation=self.aggregation, norm_constant=norm, kl_coef=0.0 if self.kl.in_reward else self.kl.coef,
+            kl_estimator=self.kl.estimator, entropy_coef=self.entropy_coef,
+            value_coef=self.value.coef if self.value.head != "none" else 0.0, value_clip=self.value.clip,
+        )
+
+    def advantage_spec(self, group_size: int):
+        from spotrl.model.update import AdvantageSpec
+
+        return AdvantageSpec(
+            estimator=self.advantage, group_size=group_size, eps=self.advantage_eps,
+            kl_in_reward_coef=self.kl.coef if self.kl.in_reward else 0.0, kl_estimator=self.kl.estimator,
+            gamma=self.value.gamma, lam=self.value.lam,
+        )
+
+    @model_validator(mode="after")
+    def _parts_fit(self):
+        if (self.advantage == "gae") != (self.value.head != "none"):
+            raise ValueError("advantage 'gae' and a value head (value.head 'shared' or 'separate') go together")
+        if self.kl.in_reward and self.advantage not in ("reinforce_pp", "reinforce_pp_baseline", "gae"):
+            raise ValueError(f"kl.in_reward needs per-token returns: advantage 'reinforce_pp' or 'gae', not {self.advantage!r}")
+        if self.norm_constant is not None and self.aggregation != "seq_mean_token_sum_norm":
+            raise ValueError("norm_constant only applies to aggregation 'seq_mean_token_sum_norm'")
+        return self
 
 
 class OptimizerConfig(_Section):
@@ -123,6 +231,9 @@ class RunConfig(_Section):
                 f"rollout.shards ({self.rollout.shards}) > rollout.prompts_per_iteration "
                 f"({self.rollout.prompts_per_iteration}): a shard would have no prompts"
             )
+        overlong = self.algorithm.overlong
+        if overlong.enabled and (overlong.max_tokens or self.rollout.max_new_tokens) <= overlong.cache_tokens:
+            raise ValueError("algorithm.overlong.cache_tokens must be smaller than its max_tokens")
         vocab = CharTokenizer().vocab_size
         if self.model.vocab_size < vocab:
             raise ValueError(f"model.vocab_size ({self.model.vocab_size}) < the task tokenizer's {vocab} tokens")

@@ -89,17 +89,13 @@ def _run(config: RunConfig, run_path: Path, guard: PreemptionGuard) -> dict:
 
     for iteration in range(start, config.iterations + 1):
         iteration_started = time.perf_counter()
-        rollouts = t["rollout"].map(
-            unmapped(config), unmapped(root), unmapped(iteration), range(config.rollout.shards), unmapped(weights)
-        )
-        scored = t["reward"].map(unmapped(config), unmapped(root), rollouts)
-        scored_refs = scored.result()
+        rollouts, scored = _generate(t, config, root, iteration, weights)
         guard.check(f"in iteration {iteration} after its rollouts were scored")
-        updated = t["update"](config, root, iteration, previous, scored_refs)
+        updated = t["update"](config, root, iteration, previous, scored)
         previous = t["checkpoint"](config, root, updated)
         guard.check(f"in iteration {iteration} after its checkpoint was sealed")
         weights = t["publish"](config, root, previous)
-        metrics = _iteration_metrics(iteration, rollouts.result(), scored_refs, updated, weights,
+        metrics = _iteration_metrics(iteration, rollouts, scored, updated, weights,
                                      time.perf_counter() - iteration_started)
         rundir.write_record(run_path, "metrics", iteration, metrics)
         _log(f"iteration {iteration:>4}/{config.iterations}  reward {metrics['reward_mean']:.3f}  "
@@ -114,6 +110,22 @@ def _run(config: RunConfig, run_path: Path, guard: PreemptionGuard) -> dict:
             "weights_sha256": weights["sha256"]}
 
 
+def _generate(t, config: RunConfig, root: str, iteration: int, weights: dict) -> tuple[list[dict], list[dict]]:
+    """Rollouts and their scores, fanned out over shards. With dynamic sampling (DAPO), further
+    rounds run until enough groups have signal or `max_rounds` is reached."""
+    r, ds = config.rollout, config.algorithm.dynamic_sampling
+    rollouts, scored = [], []
+    for generation_round in range(1 + (ds.max_rounds if ds.enabled else 0)):
+        if generation_round and sum(s["groups_with_signal"] for s in scored) >= r.prompts_per_iteration:
+            break
+        sampled = t["rollout"].map(unmapped(config), unmapped(root), unmapped(iteration), range(r.shards),
+                                   unmapped(weights), unmapped(generation_round))
+        rewarded = t["reward"].map(unmapped(config), unmapped(root), sampled)
+        scored += rewarded.result()
+        rollouts += sampled.result()
+    return rollouts, scored
+
+
 def _evaluate(t, config: RunConfig, root: str, weights: dict, iteration: int) -> dict:
     result = t["evaluate"](config, root, weights, iteration)
     rundir.write_record(Path(root), "eval", iteration, result)
@@ -125,7 +137,8 @@ def _evaluate(t, config: RunConfig, root: str, weights: dict, iteration: int) ->
 def _iteration_metrics(iteration, rollouts, scored, updated, weights, seconds) -> dict:
     rows = sum(s["rows"] for s in scored)
     tokens = sum(r["tokens"] for r in rollouts)
-    rollout_seconds = max(r["rollout_seconds"] for r in rollouts)  # shards run in parallel
+    rounds = {r["round"] for r in rollouts}  # shards of a round run in parallel, rounds one after another
+    rollout_seconds = sum(max(r["rollout_seconds"] for r in rollouts if r["round"] == k) for k in rounds)
     skip = {"uri", "iteration", "update_seconds"}
     return {
         "iteration": iteration,
@@ -133,6 +146,8 @@ def _iteration_metrics(iteration, rollouts, scored, updated, weights, seconds) -
         "rollout_weights_versions": sorted({r["weights_version"] for r in rollouts}),
         "staleness": iteration - 1 - min(r["weights_version"] for r in rollouts),
         "reward_mean": sum(s["reward_sum"] for s in scored) / rows,
+        "shaped_reward_mean": sum(s["shaped_reward_sum"] for s in scored) / rows,
+        "generation_rounds": 1 + max(r["round"] for r in rollouts),
         "completion_length_mean": sum(s["length_sum"] for s in scored) / rows,
         "rollout_tokens": tokens,
         **{k: v for k, v in updated.items() if k not in skip},

@@ -60,3 +60,15 @@ def token_level_rewards(
     if kl is not None:
         out = out - kl_coef * jnp.where(valid, kl, 0.0)
     return out
+
+
+def fill_batch_with_signal(grouped_rewards, target: int) -> tuple[list[int], int]:
+    """DAPO's dynamic sampling: the first `target` groups (in generation order) that have signal.
+
+    grouped_rewards [groups, G] in the order they were generated. Returns (indices of the kept
+    groups, number of groups dropped for having no signal). Fewer than `target` are returned
+    when not enough groups had signal.
+    """
+    has_signal = jax.device_get(groups_with_signal(grouped_rewards))
+    kept = [i for i, ok in enumerate(has_signal) if ok][:target]
+    return kept, int((~has_signal).sum())

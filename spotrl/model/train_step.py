@@ -6,6 +6,7 @@ Steps are built once per (graph, optimizer, hyper-parameters) and reused across 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import NamedTuple
 
@@ -14,7 +15,7 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
-from spotrl.model.losses import clipped_policy_loss, token_logprobs
+from spotrl.model.losses import explained_variance, policy_loss, token_logprobs, value_loss
 from spotrl.model.transformer import forward
 
 
@@ -22,7 +23,27 @@ class RLBatch(NamedTuple):
     tokens: jax.Array  # [B, P+N] left-padded prompt followed by the completion
     valid: jax.Array  # [B, P+N] real prompt tokens and completion tokens up to the stop token
     old_logprobs: jax.Array  # [B, N] behaviour logprobs from the sampler
-    advantages: jax.Array  # [B]
+    advantages: jax.Array  # [B] one per sequence, or [B, N] one per token
+    ref_logprobs: jax.Array | None = None  # [B, N] frozen reference policy, for a KL penalty in the loss
+    old_values: jax.Array | None = None  # [B, N] the critic's values at sampling time (PPO)
+    returns: jax.Array | None = None  # [B, N] value targets (PPO)
+
+
+@dataclasses.dataclass(frozen=True)
+class LossSpec:
+    """The loss template's choices (see losses.policy_loss); hashable, fixed at trace time."""
+
+    ratio_level: str = "token"
+    clip_low: float = 0.2
+    clip_high: float = 0.2
+    dual_clip: float | None = None
+    aggregation: str = "token_mean"
+    norm_constant: float | None = None
+    kl_coef: float = 0.0  # KL penalty in the loss (0 when there is none, or it is in the reward)
+    kl_estimator: str = "k3"
+    entropy_coef: float = 0.0
+    value_coef: float = 0.0  # with a critic
+    value_clip: float | None = None
 
 
 def make_optimizer(learning_rate: float, weight_decay: float, b1: float, b2: float, grad_clip: float):
@@ -39,30 +60,75 @@ def completion_logprobs(model, tokens: jax.Array, valid: jax.Array, completion_l
     return token_logprobs(logits, tokens[:, prompt_len:], temperature), logits
 
 
-@functools.lru_cache(maxsize=16)
-def build_rl_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation, clip_eps: float, temperature: float):
-    """A jitted `(params, opt_state, batch) -> (params, opt_state, metrics)` GRPO/PPO-clip step."""
+def token_entropy(logits: jax.Array) -> jax.Array:
+    logp = jax.nn.log_softmax(logits, axis=-1)
+    return -(jnp.exp(logp) * logp).sum(-1)
 
-    def loss_fn(params, batch: RLBatch):
+
+@functools.lru_cache(maxsize=16)
+def build_rl_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation, spec: LossSpec, temperature: float,
+                  critic_graphdef: nnx.GraphDef | None = None, critic_tx: optax.GradientTransformation | None = None):
+    """A jitted `(train_state, batch) -> (train_state, metrics)` step of the loss template.
+
+    train_state: {"params", "opt_state"} plus {"critic", "critic_opt_state"} with a critic; it is
+    donated. With a shared-trunk critic the value loss also reaches the policy's trunk.
+    """
+
+    def loss_fn(params, critic_params, batch: RLBatch):
         model = nnx.merge(graphdef, params)
         completion_len = batch.old_logprobs.shape[1]
         logprobs, logits = completion_logprobs(model, batch.tokens, batch.valid, completion_len, temperature)
         mask = batch.valid[:, -completion_len:]
-        loss, metrics = clipped_policy_loss(logprobs, batch.old_logprobs, batch.advantages, mask, clip_eps)
-        probs = jax.nn.softmax(logits, axis=-1)
-        entropy = -(probs * jax.nn.log_softmax(logits, axis=-1)).sum(-1)
-        metrics["entropy"] = (entropy * mask).sum() / jnp.maximum(mask.sum(), 1)
+        loss, metrics = policy_loss(
+            logprobs, batch.old_logprobs, batch.advantages, mask, ratio_level=spec.ratio_level,
+            clip_low=spec.clip_low, clip_high=spec.clip_high, dual_clip=spec.dual_clip,
+            aggregation=spec.aggregation, norm_constant=spec.norm_constant,
+            ref_logprobs=batch.ref_logprobs if spec.kl_coef else None, kl_coef=spec.kl_coef,
+            kl_estimator=spec.kl_estimator, entropy=token_entropy(logits), entropy_coef=spec.entropy_coef,
+        )
+        if critic_graphdef is not None:
+            values = completion_values(nnx.merge(critic_graphdef, critic_params), model, batch.tokens, batch.valid,
+                                       completion_len)
+            v_loss, v_metrics = value_loss(values, batch.old_values, batch.returns, mask, clip=spec.value_clip)
+            loss = loss + spec.value_coef * v_loss
+            metrics.update(v_metrics, value_loss=v_loss, explained_variance=explained_variance(values, batch.returns, mask))
         return loss, metrics
 
-    @functools.partial(jax.jit, donate_argnums=(0, 1))
-    def step(params, opt_state, batch: RLBatch):
-        (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, batch)
-        updates, opt_state = tx.update(grads, opt_state, params)
-        params = optax.apply_updates(params, updates)
-        metrics = dict(metrics, loss=loss, grad_norm=optax.tree.norm(grads))
-        return params, opt_state, metrics
+    @functools.partial(jax.jit, donate_argnums=(0,))
+    def step(state: dict, batch: RLBatch):
+        critic = state.get("critic")
+        (loss, metrics), (grads, critic_grads) = jax.value_and_grad(loss_fn, argnums=(0, 1), has_aux=True)(
+            state["params"], critic, batch)
+        updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
+        new = {"params": optax.apply_updates(state["params"], updates), "opt_state": opt_state}
+        if critic_graphdef is not None:
+            critic_updates, critic_opt_state = critic_tx.update(critic_grads, state["critic_opt_state"], critic)
+            new.update(critic=optax.apply_updates(critic, critic_updates), critic_opt_state=critic_opt_state)
+        return new, dict(metrics, loss=loss, grad_norm=optax.tree.norm(grads))
 
     return step
+
+
+def completion_values(critic, model, tokens: jax.Array, valid: jax.Array, completion_len: int) -> jax.Array:
+    """Values [B, N] of the states before each completion token (aligned with completion_logprobs)."""
+    return critic(model, tokens, valid)[:, tokens.shape[1] - completion_len - 1 : -1]
+
+
+@functools.lru_cache(maxsize=16)
+def build_scoring_fn(graphdef: nnx.GraphDef, temperature: float, critic_graphdef: nnx.GraphDef | None = None):
+    """Jitted `(params, critic_params, tokens, valid, completion_len) -> (logprobs, values or None)`,
+    without gradients: the reference policy's logprobs for a KL, the critic's values at sampling time."""
+
+    @functools.partial(jax.jit, static_argnums=(4,))
+    def score(params, critic_params, tokens, valid, completion_len):
+        model = nnx.merge(graphdef, params)
+        logprobs, _ = completion_logprobs(model, tokens, valid, completion_len, temperature)
+        values = None
+        if critic_graphdef is not None:
+            values = completion_values(nnx.merge(critic_graphdef, critic_params), model, tokens, valid, completion_len)
+        return logprobs, values
+
+    return score
 
 
 @functools.lru_cache(maxsize=16)

@@ -145,6 +145,27 @@ class Transformer(nnx.Module):
             else nnx.Linear(cfg.hidden_size, cfg.vocab_size, use_bias=False, param_dtype=dtype, dtype=dtype, rngs=rngs)
         )
 
+    def trunk(
+        self,
+        tokens: jax.Array,
+        positions: jax.Array,
+        mask: jax.Array,
+        cache: list[LayerCache] | None = None,
+        cache_index: jax.Array | int = 0,
+    ) -> tuple[jax.Array, list[LayerCache] | None]:
+        """Final normed hidden states [B, T, hidden] and the updated cache (value heads read these)."""
+        x = self.embed_tokens(tokens)
+        new_cache = [] if cache is not None else None
+        for i, layer in enumerate(self.layers):
+            x, layer_cache = layer(x, positions, mask, None if cache is None else cache[i], cache_index)
+            if new_cache is not None:
+                new_cache.append(layer_cache)
+        return self.norm(x), new_cache
+
+    def head(self, x: jax.Array) -> jax.Array:
+        logits = self.embed_tokens.attend(x) if self.lm_head is None else self.lm_head(x)
+        return logits.astype(jnp.float32)
+
     def __call__(
         self,
         tokens: jax.Array,
@@ -158,23 +179,17 @@ class Transformer(nnx.Module):
         tokens, positions: [B, T]; mask: [B, T, S] where S is T without a cache, else the cache's
         slot count; cache_index: the slot that tokens[:, 0] is written to.
         """
-        x = self.embed_tokens(tokens)
-        new_cache = [] if cache is not None else None
-        for i, layer in enumerate(self.layers):
-            x, layer_cache = layer(x, positions, mask, None if cache is None else cache[i], cache_index)
-            if new_cache is not None:
-                new_cache.append(layer_cache)
-        x = self.norm(x)
-        if self.lm_head is None:
-            logits = self.embed_tokens.attend(x)
-        else:
-            logits = self.lm_head(x)
-        return logits.astype(jnp.float32), new_cache
+        x, new_cache = self.trunk(tokens, positions, mask, cache, cache_index)
+        return self.head(x), new_cache
 
 
 def forward(model: Transformer, tokens: jax.Array, valid: jax.Array) -> jax.Array:
     """Full-sequence logits of left-padded rows (training and scoring; no cache)."""
+    return model.head(forward_hidden(model, tokens, valid))
+
+
+def forward_hidden(model: Transformer, tokens: jax.Array, valid: jax.Array) -> jax.Array:
+    """Full-sequence final hidden states [B, T, hidden] of left-padded rows."""
     t = tokens.shape[1]
-    mask = causal_mask(jnp.arange(t), valid)
-    logits, _ = model(tokens, positions_from_mask(valid), mask)
-    return logits
+    hidden, _ = model.trunk(tokens, positions_from_mask(valid), causal_mask(jnp.arange(t), valid))
+    return hidden

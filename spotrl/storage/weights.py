@@ -33,9 +33,10 @@ class WeightStoreError(RuntimeError):
 
 
 class WeightStore:
-    def __init__(self, root: str | Path, keep: int = 3):
+    def __init__(self, root: str | Path, keep: int = 3, pinned: tuple[int, ...] = ()):
         self.root = Path(root)
         self.keep = keep
+        self.pinned = set(pinned)  # versions never collected (a KL reference policy)
 
     def version_dir(self, version: int) -> Path:
         return self.root / f"v{version:06d}"
@@ -126,6 +127,8 @@ class WeightStore:
     def collect_garbage(self) -> None:
         """Delete complete versions older than the newest `keep`."""
         for version in self.versions()[: -self.keep]:
+            if version in self.pinned:
+                continue
             shutil.rmtree(self.version_dir(version), ignore_errors=True)
 
     def resolve(self, version: int | None) -> int:

@@ -13,11 +13,16 @@ import functools
 from collections import OrderedDict
 from pathlib import Path
 
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
 from spotrl.curation.store import load_split
 from spotrl.flows.config import RunConfig
 from spotrl.model.policy import Policy
 from spotrl.model.sampler import SamplingParams
 from spotrl.model.tokenizer import CharTokenizer
+from spotrl.model.value import Critic
 from spotrl.model.train_step import make_optimizer
 from spotrl.storage.checkpoints import CheckpointStore
 from spotrl.storage.weights import WeightStore
@@ -45,7 +50,17 @@ class RunContext:
         self.tokenizer = CharTokenizer()
         self.policy = Policy(cfg.model, init_seed=cfg.seed)
         self.optimizer = make_optimizer(**cfg.optimizer.model_dump())
-        self.weights = WeightStore(self.run_dir / "weights", keep=cfg.weights.keep)
+        value = cfg.algorithm.value
+        self.critic_graphdef = self.critic_init_state = self.critic_optimizer = None
+        if value.head != "none":
+            critic = Critic(cfg.model, separate=value.head == "separate", rngs=nnx.Rngs(cfg.seed + 1))
+            self.critic_graphdef, self.critic_init_state = nnx.split(critic)
+            self.critic_optimizer = make_optimizer(value.learning_rate, 0.0, cfg.optimizer.b1, cfg.optimizer.b2,
+                                                   cfg.optimizer.grad_clip)
+        # the reference policy of a KL term is the warm-start policy: weight version 0, kept forever
+        self.reference_version = 0 if cfg.algorithm.kl.coef > 0 else None
+        pinned = () if self.reference_version is None else (self.reference_version,)
+        self.weights = WeightStore(self.run_dir / "weights", keep=cfg.weights.keep, pinned=pinned)
         self.checkpoints = CheckpointStore(self.run_dir / "checkpoints", keep=cfg.checkpoint.keep)
         self.train_states = _LRU(2)  # iteration -> {"params", "opt_state"}
         self.pulled = _LRU(2)  # weights version -> nnx.State
@@ -71,9 +86,19 @@ class RunContext:
             top_p=r.top_p,
         )
 
+    def initial_train_state(self, params) -> dict:
+        """The RL train state around `params`: fresh optimizer, and a fresh critic for PPO (a separate
+        critic's trunk starts from `params`, the warm-start policy)."""
+        state = {"params": params, "opt_state": self.optimizer.init(params)}
+        if self.critic_graphdef is not None:
+            critic = jax.tree.map(lambda x: x, self.critic_init_state)
+            if "trunk" in critic:
+                nnx.replace_by_pure_dict(critic["trunk"], nnx.to_pure_dict(jax.tree.map(jnp.copy, params)))
+            state.update(critic=critic, critic_opt_state=self.critic_optimizer.init(critic))
+        return state
+
     def state_template(self) -> dict:
-        state = self.policy.init_state
-        return {"params": state, "opt_state": self.optimizer.init(state)}
+        return self.initial_train_state(self.policy.init_state)
 
     def train_state(self, iteration: int, *, consume: bool) -> dict:
         """The train state after `iteration`, from memory or from its sealed checkpoint.

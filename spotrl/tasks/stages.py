@@ -24,10 +24,12 @@ from spotrl.curation.store import save_splits
 from spotrl.faults import failpoint
 from spotrl.flows.config import RunConfig
 from spotrl.model.evaluate import evaluate_pass_at_k
-from spotrl.model.grpo import policy_update
+from spotrl.model.sequences import join
+from spotrl.model.shaping import fill_batch_with_signal, groups_with_signal, overlong_penalty
+from spotrl.model.update import policy_update
 from spotrl.model.rng import derive_key, derive_numpy_rng, next_iteration_streams
 from spotrl.model.rollout import sample_completions
-from spotrl.model.train_step import build_rl_step
+from spotrl.model.train_step import build_rl_step, build_scoring_fn
 from spotrl.model.warmstart import supervised_warm_start
 from spotrl.rewards.score import score
 from spotrl.storage.rollouts import read_shard, write_shard
@@ -78,7 +80,7 @@ def warm_start(config: RunConfig, run_dir: str, data: dict) -> dict:
         [arithmetic.completion_text(a) for a in train["answer"]], config.warmstart,
         seed=config.seed, max_new_tokens=config.rollout.max_new_tokens,
     )
-    state = {"params": params, "opt_state": ctx.optimizer.init(params)}
+    state = ctx.initial_train_state(params)
     meta = {"iteration": 0, "seed": config.seed, "data_cursor": 0, "data_sha256": data["sha256"], "optimizer_steps": 0,
             "rollout_weights_versions": [], "rng": next_iteration_streams(config.seed, 0, config.rollout.shards),
             "warmstart": info}
@@ -88,19 +90,29 @@ def warm_start(config: RunConfig, run_dir: str, data: dict) -> dict:
 
 
 @task(name="rollout", **STAGE_OPTIONS)
-def rollout(config: RunConfig, run_dir: str, iteration: int, shard: int, weights: dict) -> dict:
-    """Sample this shard's prompts of the iteration, `group_size` completions each, with `weights`."""
+def rollout(config: RunConfig, run_dir: str, iteration: int, shard: int, weights: dict, generation_round: int = 0) -> dict:
+    """Sample this shard's prompts of the iteration, `group_size` completions each, with `weights`.
+
+    Round 0 takes the iteration's prompts in the seeded data order; rounds >= 1 are dynamic
+    sampling's extra generations, on prompts drawn from a stream of their own.
+    """
     ctx = get_context(run_dir, config)
     r = config.rollout
     train = ctx.split("train")
-    rows = batch_indices(config.seed, iteration, r.prompts_per_iteration, len(train))
+    if generation_round == 0:
+        rows = batch_indices(config.seed, iteration, r.prompts_per_iteration, len(train))
+        key = derive_key(config.seed, "rollout", iteration, shard)
+    else:
+        rng = derive_numpy_rng(config.seed, "dynamic_sampling", iteration, generation_round)
+        rows = rng.choice(len(train), size=r.prompts_per_iteration, replace=False)
+        key = derive_key(config.seed, "rollout", iteration, shard, generation_round)
     rows = np.array_split(rows, r.shards)[shard]
     prompts = train.select(rows.tolist())
     started = time.perf_counter()
     state = ctx.pull(weights["version"])
     completions = sample_completions(
         ctx.policy.graphdef, state, ctx.tokenizer, prompts["prompt"], r.group_size, ctx.sampling(r.temperature),
-        derive_key(config.seed, "rollout", iteration, shard),
+        key,
     )
     seconds = time.perf_counter() - started
     failpoint("rollout.sample", iteration)
@@ -117,8 +129,9 @@ def rollout(config: RunConfig, run_dir: str, iteration: int, shard: int, weights
         "stopped": completions.stopped,
         "weights_version": weights["version"],
     })
-    path, sha256 = write_shard(ctx.run_dir / "rollouts", iteration, shard, "rollouts", frame)
-    return {"uri": str(path), "sha256": sha256, "iteration": iteration, "shard": shard, "weights_version": weights["version"],
+    path, sha256 = write_shard(ctx.run_dir / "rollouts", iteration, shard + generation_round * r.shards, "rollouts", frame)
+    return {"uri": str(path), "sha256": sha256, "iteration": iteration, "shard": shard + generation_round * r.shards,
+            "round": generation_round, "weights_version": weights["version"],
             "rows": len(frame), "tokens": completions.num_tokens, "rollout_seconds": seconds,
             "tokens_per_s": completions.num_tokens / max(seconds, 1e-9)}
 
@@ -126,12 +139,21 @@ def rollout(config: RunConfig, run_dir: str, iteration: int, shard: int, weights
 @task(name="reward", **STAGE_OPTIONS)
 def reward(config: RunConfig, run_dir: str, rollouts: dict) -> dict:
     frame = read_shard(rollouts["uri"], rollouts["sha256"])
-    frame["reward"] = score(config.task.name, frame["completion"].tolist(), frame["stopped"], frame["answer"].tolist())
+    frame["task_reward"] = score(config.task.name, frame["completion"].tolist(), frame["stopped"], frame["answer"].tolist())
+    frame["reward"] = frame["task_reward"]
+    overlong = config.algorithm.overlong
+    if overlong.enabled:
+        max_tokens = overlong.max_tokens or config.rollout.max_new_tokens
+        penalty = overlong_penalty(frame["length"].to_numpy(), max_tokens, overlong.cache_tokens, overlong.penalty)
+        frame["reward"] = frame["task_reward"] + np.asarray(penalty, np.float64)
+    grouped = frame["reward"].to_numpy().reshape(-1, config.rollout.group_size)
     failpoint("reward.score", rollouts["iteration"])
     root = get_context(run_dir, config).run_dir / "rollouts"
     path, sha256 = write_shard(root, rollouts["iteration"], rollouts["shard"], "scored", frame)
     return {"uri": str(path), "sha256": sha256, "iteration": rollouts["iteration"], "rows": len(frame),
-            "reward_sum": float(frame["reward"].sum()), "length_sum": int(frame["length"].sum())}
+            "reward_sum": float(frame["task_reward"].sum()), "shaped_reward_sum": float(frame["reward"].sum()),
+            "length_sum": int(frame["length"].sum()), "groups": len(grouped),
+            "groups_with_signal": int(np.asarray(groups_with_signal(grouped)).sum())}
 
 
 @task(name="update", **STAGE_OPTIONS)
@@ -139,21 +161,32 @@ def update(config: RunConfig, run_dir: str, iteration: int, previous: dict, scor
     """One policy update on the iteration's scored rollouts; saves the new train state (orbax)."""
     ctx = get_context(run_dir, config)
     started = time.perf_counter()
+    a, r = config.algorithm, config.rollout
     frame = pd.concat([read_shard(ref["uri"], ref["sha256"]) for ref in scored], ignore_index=True)
+    frame, batch_info = _training_batch(config, frame)
     prompt_tokens, prompt_valid = ctx.tokenizer.encode_batch_left_padded(frame["prompt"].tolist())
+    tokens, lengths = np.stack(frame["tokens"].to_numpy()), frame["length"].to_numpy()
+    old_logprobs = np.stack(frame["logprobs"].to_numpy())
     state = ctx.train_state(previous["iteration"], consume=True)
-    a = config.algorithm
-    step_fn = build_rl_step(ctx.policy.graphdef, ctx.optimizer, a.clip_eps, config.rollout.temperature)
-    params, opt_state, metrics = policy_update(
-        step_fn, state["params"], state["opt_state"],
-        prompt_tokens=prompt_tokens, prompt_valid=prompt_valid,
-        tokens=np.stack(frame["tokens"].to_numpy()), lengths=frame["length"].to_numpy(),
-        old_logprobs=np.stack(frame["logprobs"].to_numpy()), rewards=frame["reward"].to_numpy(),
-        group_size=config.rollout.group_size, estimator=a.name, advantage_eps=a.advantage_eps,
+
+    ref_logprobs = old_values = None
+    if ctx.reference_version is not None or ctx.critic_graphdef is not None:
+        scoring = build_scoring_fn(ctx.policy.graphdef, r.temperature, ctx.critic_graphdef)
+        all_tokens, all_valid = join(prompt_tokens, prompt_valid, tokens, lengths)
+        if ctx.reference_version is not None:
+            ref_logprobs = np.asarray(scoring(ctx.pull(ctx.reference_version), None, all_tokens, all_valid, tokens.shape[1])[0])
+        if ctx.critic_graphdef is not None:
+            old_values = np.asarray(scoring(state["params"], state["critic"], all_tokens, all_valid, tokens.shape[1])[1])
+
+    step_fn = build_rl_step(ctx.policy.graphdef, ctx.optimizer, a.loss_spec(r.max_new_tokens), r.temperature,
+                            ctx.critic_graphdef, ctx.critic_optimizer)
+    state, metrics = policy_update(
+        step_fn, state, prompt_tokens=prompt_tokens, prompt_valid=prompt_valid, tokens=tokens, lengths=lengths,
+        old_logprobs=old_logprobs, rewards=frame["reward"].to_numpy(), spec=a.advantage_spec(r.group_size),
         minibatches=a.minibatches, epochs=a.epochs, rng=derive_numpy_rng(config.seed, "minibatches", iteration),
+        real_rows=batch_info["real_rows"], ref_logprobs=ref_logprobs, old_values=old_values,
     )
     failpoint("update.step", iteration)
-    state = {"params": params, "opt_state": opt_state}
     before = ctx.checkpoints.metadata(previous["iteration"])
     versions = sorted({int(v) for v in frame["weights_version"]})
     meta = {  # with the arrays, everything that decides the future of the run
@@ -167,7 +200,38 @@ def update(config: RunConfig, run_dir: str, iteration: int, previous: dict, scor
     }
     path = ctx.checkpoints.save(iteration, state, meta)
     ctx.train_states.put(iteration, state)
-    return {"uri": str(path), "iteration": iteration, "update_seconds": time.perf_counter() - started, **metrics}
+    return {"uri": str(path), "iteration": iteration, "update_seconds": time.perf_counter() - started,
+            **metrics, **{k: v for k, v in batch_info.items() if k != "real_rows"}}
+
+
+def _training_batch(config: RunConfig, frame: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
+    """The rows to train on. With dynamic sampling: the first `prompts_per_iteration` groups that
+    have signal, padded with inert rows when too few had; otherwise every row."""
+    r, ds = config.rollout, config.algorithm.dynamic_sampling
+    target_rows = r.prompts_per_iteration * r.group_size
+    if not ds.enabled:
+        return frame, {"real_rows": len(frame)}
+    grouped = frame["reward"].to_numpy().reshape(-1, r.group_size)
+    kept, dropped = fill_batch_with_signal(grouped, r.prompts_per_iteration)
+    rows = [g * r.group_size + i for g in kept for i in range(r.group_size)]
+    batch = frame.iloc[rows].reset_index(drop=True)
+    info = {"real_rows": len(batch), "groups_generated": len(grouped), "groups_dropped": dropped,
+            "groups_trained": len(kept), "batch_short_groups": r.prompts_per_iteration - len(kept)}
+    if len(batch) < target_rows:
+        get_run_logger_or_print(f"dynamic sampling: only {len(kept)} of {r.prompts_per_iteration} groups had signal "
+                                f"after {len(grouped)} generated; training on {len(kept)} (the rest is padding)")
+        filler = frame.iloc[[0] * (target_rows - len(batch))]  # any row: padding has no valid token and no advantage
+        batch = pd.concat([batch, filler], ignore_index=True)
+    return batch, info
+
+
+def get_run_logger_or_print(message: str) -> None:
+    try:
+        from prefect import get_run_logger
+
+        get_run_logger().warning(message)
+    except Exception:  # noqa: BLE001 - outside a Prefect run (a plain function call)
+        print(f"warning: {message}", flush=True)
 
 
 @task(name="checkpoint", **STAGE_OPTIONS)

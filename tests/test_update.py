@@ -3,16 +3,16 @@ import jax.numpy as jnp
 from flax import nnx
 
 from spotrl.model.config import ModelConfig
-from spotrl.model.grpo import policy_update
+from spotrl.model.update import AdvantageSpec, policy_update
 from spotrl.model.policy import Policy
 from spotrl.model.sequences import completion_mask, join
-from spotrl.model.train_step import build_rl_step, completion_logprobs, make_optimizer
+from spotrl.model.train_step import LossSpec, build_rl_step, completion_logprobs, make_optimizer
 
 
 def test_update_raises_rewarded_and_lowers_penalised_completions():
     policy = Policy(ModelConfig(hidden_size=32, intermediate_size=64, num_layers=2), init_seed=0)
     tx = make_optimizer(1e-2, 0.0, 0.9, 0.999, 1.0)
-    step = build_rl_step(policy.graphdef, tx, 0.2, 1.0)
+    step = build_rl_step(policy.graphdef, tx, LossSpec(), 1.0)
     # one group of 4 samples of the same prompt: two rewarded, two not
     prompt = np.array([[2, 3, 4, 13, 5, 14]] * 4, np.int32)
     prompt_valid = np.ones_like(prompt, bool)
@@ -29,12 +29,12 @@ def test_update_raises_rewarded_and_lowers_penalised_completions():
     state = policy.to_state(policy.template())
     behaviour = token_logprobs(state)  # on-policy: what the sampler reports
     before = behaviour.sum(-1)
-    state, _, metrics = policy_update(
-        step, state, tx.init(state), prompt_tokens=prompt, prompt_valid=prompt_valid, tokens=tokens,
-        lengths=lengths, old_logprobs=behaviour, rewards=rewards, group_size=4,
-        estimator="grpo", advantage_eps=1e-4, minibatches=1, epochs=1, rng=np.random.default_rng(0),
+    train_state, metrics = policy_update(
+        step, {"params": state, "opt_state": tx.init(state)}, prompt_tokens=prompt, prompt_valid=prompt_valid,
+        tokens=tokens, lengths=lengths, old_logprobs=behaviour, rewards=rewards,
+        spec=AdvantageSpec("grpo", group_size=4), minibatches=1, epochs=1, rng=np.random.default_rng(0),
     )
-    after = token_logprobs(state).sum(-1)
+    after = token_logprobs(train_state["params"]).sum(-1)
     assert (after[[0, 2]] > before[[0, 2]]).all() and (after[[1, 3]] < before[[1, 3]]).all()
     assert metrics["optimizer_steps"] == 1 and metrics["groups_with_signal"] == 1.0
     np.testing.assert_allclose(metrics["advantage_mean"], 0.0, atol=1e-6)

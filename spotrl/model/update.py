@@ -1,0 +1,109 @@
+"""One RL update over a batch of scored group rollouts: advantages, then minibatched steps.
+
+Advantages come from one of two families:
+  - sequence-level estimators from `ADVANTAGE_ESTIMATORS` on the [groups, G] rewards (GRPO,
+    Dr.GRPO, RLOO, REINFORCE++ without KL in the reward);
+  - per-token returns when rewards live on tokens: GAE with the critic's values (PPO), or
+    batch-whitened discounted returns (REINFORCE++ with KL in the reward).
+Rows past `real_rows` are padding (a dynamic-sampling batch that could not be filled): advantage 0,
+no valid completion token, so they add nothing and the step keeps one compiled shape.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from spotrl.model import sequences
+from spotrl.model.advantages import ADVANTAGE_ESTIMATORS, discounted_returns, gae, masked_whiten
+from spotrl.model.losses import KL_ESTIMATORS
+from spotrl.model.shaping import token_level_rewards
+from spotrl.model.train_step import RLBatch
+
+TOKEN_LEVEL = ("gae",)
+
+
+@dataclasses.dataclass(frozen=True)
+class AdvantageSpec:
+    estimator: str  # a name in ADVANTAGE_ESTIMATORS, or "gae"
+    group_size: int
+    eps: float = 1e-4
+    kl_in_reward_coef: float = 0.0  # > 0: rewards go on tokens, minus coef * KL(behaviour || reference)
+    kl_estimator: str = "k1"
+    gamma: float = 1.0
+    lam: float = 0.95
+
+    @property
+    def per_token(self) -> bool:
+        return self.estimator in TOKEN_LEVEL or self.kl_in_reward_coef > 0
+
+
+def compute_advantages(spec: AdvantageSpec, rewards, mask, old_logprobs=None, ref_logprobs=None, old_values=None):
+    """Advantages ([B] or [B, N]) and value targets ([B, N], or None without a critic)."""
+    rewards = jnp.asarray(rewards, jnp.float32)
+    if not spec.per_token:
+        return ADVANTAGE_ESTIMATORS[spec.estimator](rewards.reshape(-1, spec.group_size), eps=spec.eps).reshape(-1), None
+    if spec.estimator == "reinforce_pp_baseline":
+        grouped = rewards.reshape(-1, spec.group_size)
+        rewards = (grouped - grouped.mean(-1, keepdims=True)).reshape(-1)
+    kl = None
+    if spec.kl_in_reward_coef > 0:
+        kl = KL_ESTIMATORS[spec.kl_estimator](jnp.asarray(old_logprobs), jnp.asarray(ref_logprobs))
+    token_rewards = token_level_rewards(rewards, mask, kl, spec.kl_in_reward_coef)
+    if spec.estimator == "gae":
+        advantages, returns = gae(token_rewards, jnp.asarray(old_values), mask, spec.gamma, spec.lam)
+        return masked_whiten(advantages, mask), returns
+    if spec.estimator in ("reinforce_pp", "reinforce_pp_baseline"):
+        return masked_whiten(discounted_returns(token_rewards, mask, spec.gamma), mask), None
+    raise ValueError(f"advantage {spec.estimator!r} has no per-token form (KL in the reward needs reinforce_pp or gae)")
+
+
+def policy_update(step_fn, state: dict, *, prompt_tokens, prompt_valid, tokens, lengths, old_logprobs, rewards,
+                  spec: AdvantageSpec, minibatches: int, epochs: int, rng: np.random.Generator,
+                  real_rows: int | None = None, ref_logprobs=None, old_values=None):
+    """Returns (train state, metrics averaged over the optimizer steps)."""
+    rows = len(rewards)
+    real_rows = rows if real_rows is None else real_rows
+    lengths = np.where(np.arange(rows) < real_rows, lengths, 0)  # padding rows: no valid completion token
+    width = np.asarray(tokens).shape[1]
+    mask = sequences.completion_mask(lengths, width)
+    rewards = np.asarray(rewards, np.float32)
+
+    take_real = lambda x: None if x is None else np.asarray(x)[:real_rows]  # noqa: E731
+    advantages, returns = compute_advantages(spec, rewards[:real_rows], mask[:real_rows], take_real(old_logprobs),
+                                             take_real(ref_logprobs), take_real(old_values))
+    advantages = _pad_rows(np.asarray(advantages), rows)
+    returns = None if returns is None else _pad_rows(np.asarray(returns), rows)
+
+    all_tokens, all_valid = sequences.join(prompt_tokens, prompt_valid, tokens, lengths)
+    size = rows // minibatches
+    history = []
+    for _ in range(epochs):
+        order = rng.permutation(rows)
+        for m in range(minibatches):
+            take = order[m * size : (m + 1) * size]
+            pick = lambda x: None if x is None else np.asarray(x)[take]  # noqa: E731
+            batch = RLBatch(all_tokens[take], all_valid[take], pick(old_logprobs), advantages[take],
+                            ref_logprobs=pick(ref_logprobs), old_values=pick(old_values), returns=pick(returns))
+            state, metrics = step_fn(state, batch)
+            history.append(metrics)
+    history = jax.device_get(history)
+    summary = {k: float(np.mean([h[k] for h in history])) for k in history[0]}
+    real_adv = advantages[:real_rows][mask[:real_rows]] if advantages.ndim == 2 else advantages[:real_rows]
+    summary.update(
+        advantage_mean=float(real_adv.mean()) if real_adv.size else 0.0,
+        advantage_std=float(real_adv.std()) if real_adv.size else 0.0,
+        advantage_abs_max=float(np.abs(real_adv).max()) if real_adv.size else 0.0,
+        groups_with_signal=float((rewards[:real_rows].reshape(-1, spec.group_size).std(axis=1) > 0).mean()),
+        optimizer_steps=len(history),
+    )
+    return state, summary
+
+
+def _pad_rows(x: np.ndarray, rows: int) -> np.ndarray:
+    if len(x) == rows:
+        return x
+    return np.concatenate([x, np.zeros((rows - len(x), *x.shape[1:]), x.dtype)])
