@@ -36,23 +36,31 @@ def make_splits(seed: int, train_size: int, eval_size: int, min_digits: int = 2,
     """Train and held-out splits as validated `datasets.Dataset`s (id, prompt, answer, source)."""
     if not 1 <= min_digits <= max_digits <= WIDTH:
         raise ValueError(f"need 1 <= min_digits <= max_digits <= {WIDTH}, got {min_digits}, {max_digits}")
+    if train_size + eval_size > distinct_problems(min_digits, max_digits):
+        raise ValueError(f"{train_size} + {eval_size} problems asked, but only "
+                         f"{distinct_problems(min_digits, max_digits)} distinct ones have {min_digits}..{max_digits} digits")
     rng = np.random.default_rng([seed, 0x5EED])
-    eval_rows = _unique_rows(_problems(rng, eval_size * 2, min_digits, max_digits), eval_size, "eval", exclude=set())
-    held_out = set(eval_rows["prompt"])
-    train_rows = _unique_rows(_problems(rng, train_size * 2, min_digits, max_digits), train_size, "train", held_out)
+    draw = lambda n: _problems(rng, n, min_digits, max_digits)  # noqa: E731
+    eval_rows = _unique_rows(draw, eval_size, "eval", exclude=set())
+    train_rows = _unique_rows(draw, train_size, "train", set(eval_rows["prompt"]))
     return to_dataset(train_rows, "arithmetic/train"), to_dataset(eval_rows, "arithmetic/eval")
 
 
-def _unique_rows(problems, size: int, split: str, exclude: set[str]) -> pd.DataFrame:
+def distinct_problems(min_digits: int, max_digits: int) -> int:
+    operands = 10**max_digits - 10 ** (min_digits - 1)
+    return operands * operands
+
+
+def _unique_rows(draw, size: int, split: str, exclude: set[str], max_rounds: int = 50) -> pd.DataFrame:
+    """`size` distinct problems not in `exclude`, drawing 2 * size at a time until there are enough."""
     rows, seen = [], set(exclude)
-    for a, b in problems:
-        prompt = prompt_text(a, b)
-        if prompt in seen:
-            continue
-        seen.add(prompt)
-        rows.append({"id": f"{split}-{len(rows):06d}", "prompt": prompt, "answer": str(a + b), "source": SOURCE})
-        if len(rows) == size:
-            break
-    if len(rows) < size:
-        raise ValueError(f"could only generate {len(rows)} distinct {split} problems, {size} asked")
-    return pd.DataFrame(rows)
+    for _ in range(max_rounds):
+        for a, b in draw(size * 2):
+            prompt = prompt_text(a, b)
+            if prompt in seen:
+                continue
+            seen.add(prompt)
+            rows.append({"id": f"{split}-{len(rows):06d}", "prompt": prompt, "answer": str(a + b), "source": SOURCE})
+            if len(rows) == size:
+                return pd.DataFrame(rows)
+    raise ValueError(f"could only generate {len(rows)} distinct {split} problems, {size} asked")

@@ -231,6 +231,12 @@ class RunConfig(_Section):
                 f"rollout.shards ({self.rollout.shards}) > rollout.prompts_per_iteration "
                 f"({self.rollout.prompts_per_iteration}): a shard would have no prompts"
             )
+        from spotrl.curation.arithmetic import distinct_problems
+
+        capacity = distinct_problems(self.task.min_digits, self.task.max_digits)
+        if self.task.train_size + self.task.eval_size > capacity:
+            raise ValueError(f"task.train_size + task.eval_size ({self.task.train_size + self.task.eval_size}) > the "
+                             f"{capacity} distinct problems with {self.task.min_digits}..{self.task.max_digits} digits")
         overlong = self.algorithm.overlong
         if overlong.enabled and (overlong.max_tokens or self.rollout.max_new_tokens) <= overlong.cache_tokens:
             raise ValueError("algorithm.overlong.cache_tokens must be smaller than its max_tokens")
