@@ -58,8 +58,9 @@ def prefect_harness():
 
 class PrefectServer:
     """A real local Prefect server (SQLite) with the `spotrl` process pool, the deployments of
-    deployments/prefect.yaml (and their triggers) applied, and one process worker polling every
-    second. Talk to it with `api` (an httpx client on its REST API) or `cli` (the prefect CLI)."""
+    deployments/prefect.yaml (and their triggers) applied, and one process worker that polls every
+    second and runs up to two flow runs at once. Talk to it with `api` (an httpx client on its REST
+    API) or `cli` (the prefect CLI); `log("worker")` is the worker's output."""
 
     def __init__(self, root: Path, base: Path):
         import httpx
@@ -76,10 +77,10 @@ class PrefectServer:
         self.prefect = str(Path(sys.executable).parent / "prefect")
         self.api = httpx.Client(base_url=self.url, timeout=30)
         self._procs: list[subprocess.Popen] = []
-        self._spawn("server", "server", "start", "--host", "127.0.0.1", "--port", str(port))
+        self._spawn("server", base, "server", "start", "--host", "127.0.0.1", "--port", str(port))
 
-    def _spawn(self, name: str, *args: str) -> None:
-        self._procs.append(subprocess.Popen([self.prefect, *args], env=self.env, cwd=self.root,
+    def _spawn(self, name: str, cwd: Path, *args: str) -> None:
+        self._procs.append(subprocess.Popen([self.prefect, *args], env=self.env, cwd=cwd,
                                             stdout=open(self.logs / f"{name}.log", "w"),
                                             stderr=subprocess.STDOUT, start_new_session=True))
 
@@ -98,12 +99,15 @@ class PrefectServer:
             time.sleep(0.3)
         self.cli("work-pool", "create", "spotrl", "--type", "process")
         self.cli("--no-prompt", "deploy", "--all", "--prefect-file", "deployments/prefect.yaml")
-        self._spawn("worker", "worker", "start", "--pool", "spotrl", "--limit", "2")
+        self._spawn("worker", self.root, "worker", "start", "--pool", "spotrl", "--limit", "2")
         return self
 
     def cli(self, *args: str, timeout: float = 180, check: bool = True) -> subprocess.CompletedProcess:
-        return subprocess.run([self.prefect, *args], env=self.env, cwd=self.root, check=check,
-                              capture_output=True, text=True, timeout=timeout)
+        out = subprocess.run([self.prefect, *args], env=self.env, cwd=self.root,
+                             capture_output=True, text=True, timeout=timeout)
+        if check and out.returncode != 0:
+            raise RuntimeError(f"prefect {' '.join(args)} exited {out.returncode}:\n{out.stdout}{out.stderr}")
+        return out
 
     def log(self, name: str, tail: int = 4000) -> str:
         return (self.logs / f"{name}.log").read_text()[-tail:]
@@ -114,7 +118,7 @@ class PrefectServer:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGTERM)
                 try:
-                    proc.wait(15)
+                    proc.wait(5)  # an idle worker sometimes ignores SIGTERM (Prefect 3.9)
                 except subprocess.TimeoutExpired:
                     os.killpg(proc.pid, signal.SIGKILL)
                     proc.wait()

@@ -15,7 +15,7 @@ import pytest
 from spotrl.chaos import read_jsonl
 from spotrl.flows import rundir
 from spotrl.flows.config import ALGORITHMS, build_config
-from spotrl.tasks.context import RunContext
+from spotrl.flows.resume import seed_from_warm_start
 from spotrl.tasks.stages import _training_batch
 
 ITERATIONS = 14
@@ -38,27 +38,14 @@ def warm_start_run(prefect_harness, tmp_path_factory):
     return run_dir, config
 
 
-def _seed_from_warm_start(run_dir, config, warm_dir, warm_config):
-    """A run directory holding `config` whose iteration 0 is the shared warm start."""
-    rundir.prepare(run_dir, config)
-    shutil.copytree(warm_dir / "data", run_dir / "data")
-    shutil.copytree(warm_dir / "eval", run_dir / "eval")
-    warm = RunContext(warm_dir, warm_config)
-    state, meta = warm.checkpoints.restore(0, warm.state_template())
-    ctx = RunContext(run_dir, config)
-    ctx.checkpoints.save(0, ctx.initial_train_state(state["params"]), meta)
-    ctx.checkpoints.seal(0)
-    ctx.weights.publish(0, ctx.policy.to_pure(state["params"]))
-
-
 @pytest.mark.parametrize("name", ALGORITHMS)
 def test_preset_raises_mean_reward(name, warm_start_run, tmp_path):
     from spotrl.flows.train import train
 
-    warm_dir, warm_config = warm_start_run
+    warm_dir, _ = warm_start_run
     config = build_config(None, BASE + [f"iterations={ITERATIONS}", f"algorithm.name={name}"])
     run_dir = tmp_path / name
-    _seed_from_warm_start(run_dir, config, warm_dir, warm_config)
+    seed_from_warm_start(run_dir, config, warm_dir)
     train(config=config, run_dir=str(run_dir))
 
     metrics = read_jsonl(run_dir / "metrics.jsonl")
@@ -93,3 +80,10 @@ def test_dynamic_sampling_short_batch_is_padded_with_a_warning(capsys):
     assert list(batch["prompt"][:g]) == ["p1"] * g
     assert info["groups_dropped"] == 2 and info["groups_trained"] == 1 and info["batch_short_groups"] == 3
     assert "only 1 of 4 groups had signal" in capsys.readouterr().out
+
+
+def test_warm_start_is_shared_only_between_matching_configs(warm_start_run, tmp_path):
+    warm_dir, _ = warm_start_run
+    other = build_config(None, BASE + ["iterations=3", "model.num_layers=3"])
+    with pytest.raises(rundir.RunDirError, match="other model settings"):
+        seed_from_warm_start(tmp_path / "other", other, warm_dir)

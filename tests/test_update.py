@@ -38,3 +38,33 @@ def test_update_raises_rewarded_and_lowers_penalised_completions():
     assert (after[[0, 2]] > before[[0, 2]]).all() and (after[[1, 3]] < before[[1, 3]]).all()
     assert metrics["optimizer_steps"] == 1 and metrics["groups_with_signal"] == 1.0
     np.testing.assert_allclose(metrics["advantage_mean"], 0.0, atol=1e-6)
+
+
+def _critic_step_changes(head: str):
+    """(policy changed?, critic changed?) after one PPO step whose policy term has zero gradient."""
+    import jax
+
+    from spotrl.model.train_step import RLBatch
+    from spotrl.model.value import Critic
+
+    cfg = ModelConfig(hidden_size=32, intermediate_size=64, num_layers=2)
+    policy = Policy(cfg, init_seed=0)
+    critic_graphdef, critic_state = nnx.split(Critic(cfg, separate=head == "separate", rngs=nnx.Rngs(1)))
+    tx = make_optimizer(1e-2, 0.0, 0.9, 0.999, 1.0)
+    step = build_rl_step(policy.graphdef, tx, LossSpec(value_coef=0.5, value_clip=None), 1.0, critic_graphdef, tx)
+    params = policy.to_state(policy.template())
+    state = {"params": params, "opt_state": tx.init(params), "critic": critic_state, "critic_opt_state": tx.init(critic_state)}
+    before = jax.tree.map(np.array, state)
+    tokens, valid = join(np.array([[2, 3, 4]] * 2, np.int32), np.ones((2, 3), bool), np.array([[5, 1], [6, 1]]), np.array([2, 2]))
+    zeros = np.zeros((2, 2), np.float32)
+    batch = RLBatch(tokens, valid, zeros, np.zeros(2, np.float32), old_values=zeros, returns=np.ones((2, 2), np.float32))
+    for _ in range(2):  # the head starts at zero: only from the second step can the trunk get a gradient
+        state, metrics = step(state, batch)
+    changed = lambda a, b: any(not np.array_equal(x, y) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))  # noqa: E731
+    assert float(metrics["value_loss"]) > 0
+    return changed(before["params"], state["params"]), changed(before["critic"], state["critic"])
+
+
+def test_separate_critic_leaves_the_policy_alone_and_shared_one_trains_its_trunk():
+    assert _critic_step_changes("separate") == (False, True)
+    assert _critic_step_changes("shared") == (True, True)

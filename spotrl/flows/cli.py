@@ -21,6 +21,9 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                        help="override a config key, e.g. --set iterations=10 --set eval.k=4")
     train.add_argument("--verbose", action="store_true", help="show Prefect's own task logs")
+    train.add_argument("--warm-start-from", metavar="RUN_DIR",
+                       help="start a new run from another run's warm start (same seed/model/task/warmstart settings); "
+                            "compare algorithms from one starting policy")
     train.add_argument("--grace-seconds", type=float, default=25.0,
                        help="on SIGTERM, how long the running stage may take to finish before the process exits "
                             "(default 25; spot VMs get about 30 s of notice)")
@@ -63,6 +66,10 @@ def _train(args) -> int:
     from spotrl.flows.local_server import local_api_server
     from spotrl.flows.preemption import EXIT_PREEMPTED, Preempted
 
+    if args.warm_start_from and not (Path(args.run_dir) / "checkpoints").exists():
+        from spotrl.flows.resume import seed_from_warm_start
+
+        seed_from_warm_start(Path(args.run_dir), config, Path(args.warm_start_from))
     rundir.prepare(args.run_dir, config)  # a mismatching run directory is refused before any work
     try:
         with local_api_server():

@@ -139,3 +139,36 @@ def _check_streams(checkpoints: CheckpointStore, config: RunConfig, iteration: i
             "the ones this code derives; the code changed how keys are derived, so resuming would not reproduce "
             "the run. Resume with the version of spotrl that started it, or start a new run directory."
         )
+
+
+# Sections a warm start depends on: a run may start from another run's warm start only if these match.
+WARM_START_SECTIONS = ("seed", "model", "task", "warmstart")
+
+
+def seed_from_warm_start(run_dir: Path, config: RunConfig, source_dir: Path) -> None:
+    """Start `run_dir` (a new run of `config`) from the warm start of the run in `source_dir`.
+
+    Comparing algorithms from the same starting policy is the common case: the new directory gets
+    the source's curated data, its iteration-0 evaluation, and checkpoint 0 with the same policy
+    parameters (the optimizer and critic are this config's, fresh), so the flow resumes after
+    iteration 0. Refused unless the sections that decide the warm start are equal.
+    """
+    from spotrl.tasks.context import RunContext
+
+    run_dir, source_dir = Path(run_dir), Path(source_dir)
+    source_config = rundir.read_config(source_dir)
+    differing = [k for k in WARM_START_SECTIONS if getattr(source_config, k) != getattr(config, k)]
+    if differing:
+        raise rundir.RunDirError(f"{source_dir}: its warm start was made with other {', '.join(differing)} settings")
+    if (run_dir / "checkpoints").exists():
+        raise rundir.RunDirError(f"{run_dir} already holds a run; a warm start can only seed a new run directory")
+    source = RunContext(source_dir, source_config)
+    state, meta = source.checkpoints.restore(0, source.state_template())
+    rundir.prepare(run_dir, config)
+    shutil.copytree(source_dir / "data", run_dir / "data")
+    rundir.write_record(run_dir, "eval", 0, rundir.read_record(source_dir, "eval", 0))
+    ctx = RunContext(run_dir, config)
+    meta = {**meta, "rng": next_iteration_streams(config.seed, 0, config.rollout.shards), "warm_start_from": str(source_dir)}
+    ctx.checkpoints.save(0, ctx.initial_train_state(state["params"]), meta)
+    ctx.checkpoints.seal(0)
+    ctx.weights.publish(0, ctx.policy.to_pure(state["params"]), {"warm_start_from": str(source_dir)})
