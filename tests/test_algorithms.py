@@ -54,6 +54,9 @@ def test_preset_raises_mean_reward(name, warm_start_run, tmp_path):
     first, last = np.mean(rewards[:3]), np.mean(rewards[-3:])
     assert last > first + 0.1, (name, rewards)
 
+    if name == "grpo":  # on-policy: the trainer's recomputed logprobs are the sampler's (alignment)
+        assert max(m["logprob_max_abs_diff"] for m in metrics) < 1e-4
+        assert all(abs(m["importance_ratio_mean"] - 1) < 1e-5 and m["staleness"] == 0 for m in metrics)
     keys = metrics[-1].keys()
     assert {"loss", "clip_frac_low", "clip_frac_high", "entropy", "advantage_mean", "advantage_std"} <= keys
     if name == "ppo":
@@ -74,8 +77,8 @@ def test_dynamic_sampling_short_batch_is_padded_with_a_warning(capsys):
     g = config.rollout.group_size
     rewards = np.zeros(3 * g)
     rewards[g : 2 * g : 2] = 1.0  # only the second of three groups has signal
-    frame = pd.DataFrame({"reward": rewards, "prompt": [f"p{i // g}" for i in range(3 * g)]})
-    batch, info = _training_batch(config, frame)
+    frame = pd.DataFrame({"reward": rewards, "prompt": [f"p{i // g}" for i in range(3 * g)], "weights_version": 4})
+    batch, info = _training_batch(config, frame, iteration=5)
     assert len(batch) == 4 * g and info["real_rows"] == g
     assert list(batch["prompt"][:g]) == ["p1"] * g
     assert info["groups_dropped"] == 2 and info["groups_trained"] == 1 and info["batch_short_groups"] == 3
@@ -87,3 +90,22 @@ def test_warm_start_is_shared_only_between_matching_configs(warm_start_run, tmp_
     other = build_config(None, BASE + ["iterations=3", "model.num_layers=3"])
     with pytest.raises(rundir.RunDirError, match="other model settings"):
         seed_from_warm_start(tmp_path / "other", other, warm_dir)
+
+
+def test_stale_rollouts_are_importance_corrected_and_still_learn(warm_start_run, tmp_path):
+    from spotrl.flows.train import train
+
+    warm_dir, _ = warm_start_run
+    config = build_config(None, BASE + [f"iterations={ITERATIONS}", "rollout.max_staleness=1"])
+    run_dir = tmp_path / "stale"
+    seed_from_warm_start(run_dir, config, warm_dir)
+    train(config=config, run_dir=str(run_dir))
+    metrics = read_jsonl(run_dir / "metrics.jsonl")
+    # iteration i samples with weights i - 2: one version behind, except at the start
+    assert [m["rollout_weights_versions"] for m in metrics] == [[max(0, i - 2)] for i in range(1, ITERATIONS + 1)]
+    assert [m["staleness"] for m in metrics] == [0] + [1] * (ITERATIONS - 1)
+    assert all(m["rollouts_dropped_stale"] == 0 for m in metrics)
+    later = metrics[2:]  # from iteration 3 on the trainer's weights differ from the sampler's
+    assert max(m["importance_ratio_max"] for m in later) > 1.001 and min(m["importance_ratio_min"] for m in later) < 0.999
+    rewards = [m["reward_mean"] for m in metrics]
+    assert np.mean(rewards[-3:]) > np.mean(rewards[:3]) + 0.1, rewards

@@ -55,6 +55,8 @@ class RolloutConfig(_Section):
     top_k: int = Field(0, ge=0)
     top_p: float = Field(1.0, gt=0, le=1)
     shards: int = Field(1, gt=0, description="rollout work split into this many parallel tasks")
+    max_staleness: int = Field(0, ge=0, description="k: iteration i samples with weights i-1-k; k >= 1 overlaps "
+                                                     "generation with the previous updates (0: on-policy)")
 
 
 class KLConfig(_Section):
@@ -130,6 +132,8 @@ class AlgorithmConfig(_Section):
     dynamic_sampling: DynamicSamplingConfig = DynamicSamplingConfig()
     overlong: OverlongConfig = OverlongConfig()
     value: ValueConfig = ValueConfig()
+    importance_cap: float = Field(2.0, gt=0, description="truncated importance weight min(pi_prox / pi_behaviour, cap) "
+                                                         "on stale rollouts (rollout.max_staleness >= 1)")
     minibatches: int = Field(4, gt=0)
     epochs: int = Field(1, gt=0)
 
@@ -231,6 +235,9 @@ class RunConfig(_Section):
                 f"rollout.shards ({self.rollout.shards}) > rollout.prompts_per_iteration "
                 f"({self.rollout.prompts_per_iteration}): a shard would have no prompts"
             )
+        if self.weights.keep < self.rollout.max_staleness + 1:
+            raise ValueError(f"weights.keep ({self.weights.keep}) must be >= rollout.max_staleness + 1 "
+                             f"({self.rollout.max_staleness + 1}): stale rollouts need those versions")
         from spotrl.curation.arithmetic import distinct_problems
 
         capacity = distinct_problems(self.task.min_digits, self.task.max_digits)

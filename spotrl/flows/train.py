@@ -87,14 +87,34 @@ def _run(config: RunConfig, run_path: Path, guard: PreemptionGuard) -> dict:
         start = point.iteration + 1
     guard.check("after the warm start")
 
+    # Generation runs ahead of training by up to k = rollout.max_staleness iterations: iteration j
+    # samples with weights version j-1-k (deterministic, so a resumed run regenerates the same
+    # rollouts), and its rollouts are launched as soon as that version is published, while the
+    # trainer is still updating the iterations before j.
+    k = config.rollout.max_staleness
+    published = {weights["version"]: weights}
+    published.update({v: ctx.weights.ref(v) for v in range(max(0, start - 1 - k), start - 1)})
+    in_flight: dict[int, tuple] = {}
+
+    def launch_ready():
+        for j in range(start, config.iterations + 1):
+            version = max(0, j - 1 - k)
+            if version not in published:
+                break
+            if j not in in_flight and j >= iteration:
+                in_flight[j] = _launch(t, config, root, j, published[version], 0)
+
     for iteration in range(start, config.iterations + 1):
         iteration_started = time.perf_counter()
-        rollouts, scored = _generate(t, config, root, iteration, weights)
+        launch_ready()
+        rollouts, scored = _collect(t, config, root, iteration, in_flight.pop(iteration))
         guard.check(f"in iteration {iteration} after its rollouts were scored")
         updated = t["update"](config, root, iteration, previous, scored)
         previous = t["checkpoint"](config, root, updated)
         guard.check(f"in iteration {iteration} after its checkpoint was sealed")
         weights = t["publish"](config, root, previous)
+        published[weights["version"]] = weights
+        launch_ready()  # the next iterations' rollouts start before this iteration's bookkeeping
         metrics = _iteration_metrics(iteration, rollouts, scored, updated, weights,
                                      time.perf_counter() - iteration_started)
         rundir.write_record(run_path, "metrics", iteration, metrics)
@@ -110,17 +130,24 @@ def _run(config: RunConfig, run_path: Path, guard: PreemptionGuard) -> dict:
             "weights_sha256": weights["sha256"]}
 
 
-def _generate(t, config: RunConfig, root: str, iteration: int, weights: dict) -> tuple[list[dict], list[dict]]:
-    """Rollouts and their scores, fanned out over shards. With dynamic sampling (DAPO), further
-    rounds run until enough groups have signal or `max_rounds` is reached."""
+def _launch(t, config: RunConfig, root: str, iteration: int, weights: dict, generation_round: int):
+    """Submit one round of rollouts (fanned out over shards) and their scoring; returns futures."""
+    sampled = t["rollout"].map(unmapped(config), unmapped(root), unmapped(iteration), range(config.rollout.shards),
+                               unmapped(weights), unmapped(generation_round))
+    return sampled, t["reward"].map(unmapped(config), unmapped(root), sampled), weights
+
+
+def _collect(t, config: RunConfig, root: str, iteration: int, launched) -> tuple[list[dict], list[dict]]:
+    """Wait for an iteration's rollouts and scores. With dynamic sampling (DAPO), further rounds
+    (same weights) run until enough groups have signal or `max_rounds` is reached."""
     r, ds = config.rollout, config.algorithm.dynamic_sampling
     rollouts, scored = [], []
+    sampled, rewarded, weights = launched
     for generation_round in range(1 + (ds.max_rounds if ds.enabled else 0)):
-        if generation_round and sum(s["groups_with_signal"] for s in scored) >= r.prompts_per_iteration:
-            break
-        sampled = t["rollout"].map(unmapped(config), unmapped(root), unmapped(iteration), range(r.shards),
-                                   unmapped(weights), unmapped(generation_round))
-        rewarded = t["reward"].map(unmapped(config), unmapped(root), sampled)
+        if generation_round:
+            if sum(s["groups_with_signal"] for s in scored) >= r.prompts_per_iteration:
+                break
+            sampled, rewarded, _ = _launch(t, config, root, iteration, weights, generation_round)
         scored += rewarded.result()
         rollouts += sampled.result()
     return rollouts, scored

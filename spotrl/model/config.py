@@ -2,7 +2,35 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class RopeScaling(BaseModel):
+    """Llama 3 rotary-frequency scaling (`"rope_type": "llama3"` in a Hugging Face config).
+
+    Wavelengths shorter than original_max_position_embeddings / high_freq_factor keep their
+    frequency, those longer than original_max_position_embeddings / low_freq_factor are divided by
+    `factor`, and the ones in between are interpolated smoothly.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    rope_type: Literal["llama3"] = "llama3"
+    factor: float = Field(8.0, gt=0)
+    low_freq_factor: float = Field(1.0, gt=0)
+    high_freq_factor: float = Field(4.0, gt=0)
+    original_max_position_embeddings: int = Field(8192, gt=0)
+
+    @model_validator(mode="after")
+    def _check_band(self) -> "RopeScaling":
+        if self.high_freq_factor <= self.low_freq_factor:
+            raise ValueError(
+                f"high_freq_factor ({self.high_freq_factor}) must be greater than low_freq_factor "
+                f"({self.low_freq_factor})"
+            )
+        return self
 
 
 class ModelConfig(BaseModel):
@@ -21,6 +49,8 @@ class ModelConfig(BaseModel):
     num_kv_heads: int = Field(2, gt=0)
     head_dim: int | None = Field(None, gt=0, description="defaults to hidden_size // num_heads")
     rope_theta: float = Field(10000.0, gt=0)
+    rope_scaling: RopeScaling | None = Field(None, description="null: plain RoPE; Llama 3.1+ checkpoints set it")
+    max_position_embeddings: int = Field(32768, gt=0, description="context length the checkpoint declares")
     rms_norm_eps: float = Field(1e-6, gt=0)
     tie_embeddings: bool = True
     qkv_bias: bool = False

@@ -161,8 +161,13 @@ def policy_loss(
     kl_estimator: str = "k3",
     entropy: jax.Array | None = None,
     entropy_coef: float = 0.0,
+    behaviour_weights: jax.Array | None = None,
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
     """The clipped-surrogate template; returns (loss to minimise, metrics).
+
+    behaviour_weights [B, N]: truncated importance weights min(pi_prox / pi_behaviour, cap) for
+    rollouts sampled by older weights (decoupled PPO: `old_logprobs` are then the trainer's own
+    recomputed "proximal" logprobs); they scale the surrogate and carry no gradient.
 
     Per token, with r the importance ratio of `ratio_level` and A the advantage:
 
@@ -223,6 +228,8 @@ def policy_loss(
         surrogate = jnp.where(dual_active, floor, surrogate)
         metrics["dual_clip_frac"] = masked_mean(dual_active.astype(dtype), m)
 
+    if behaviour_weights is not None:
+        surrogate = surrogate * jax.lax.stop_gradient(behaviour_weights.astype(dtype))
     per_token = -surrogate
     metrics["pg_loss"] = aggregate(per_token, m, norm_constant)
     if ref_logprobs is not None:

@@ -27,6 +27,7 @@ class RLBatch(NamedTuple):
     ref_logprobs: jax.Array | None = None  # [B, N] frozen reference policy, for a KL penalty in the loss
     old_values: jax.Array | None = None  # [B, N] the critic's values at sampling time (PPO)
     returns: jax.Array | None = None  # [B, N] value targets (PPO)
+    behaviour_weights: jax.Array | None = None  # [B, N] truncated importance weights for stale rollouts
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,6 +86,7 @@ def build_rl_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation, spec
             aggregation=spec.aggregation, norm_constant=spec.norm_constant,
             ref_logprobs=batch.ref_logprobs if spec.kl_coef else None, kl_coef=spec.kl_coef,
             kl_estimator=spec.kl_estimator, entropy=token_entropy(logits), entropy_coef=spec.entropy_coef,
+            behaviour_weights=batch.behaviour_weights,
         )
         if critic_graphdef is not None:
             values = completion_values(nnx.merge(critic_graphdef, critic_params), model, batch.tokens, batch.valid,

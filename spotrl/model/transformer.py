@@ -1,7 +1,7 @@
 """A Flax NNX decoder-only transformer of the Qwen2 / Llama family.
 
 Token embedding, RMSNorm, rotary positions (the Hugging Face "rotate half" convention, so that
-checkpoints load unchanged), grouped-query attention, SwiGLU MLP, optionally tied embeddings.
+checkpoints load unchanged; Llama 3 frequency scaling optional), grouped-query attention, SwiGLU MLP, optionally tied embeddings.
 
 The same call serves training (full sequence, no cache) and sampling (prefill and one-token
 decode steps writing into a fixed-size KV cache): callers pass positions and the attention mask,
@@ -10,13 +10,15 @@ so left-padded prompts and static shapes are the caller's choice, not the model'
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
-from spotrl.model.config import ModelConfig
+from spotrl.model.config import ModelConfig, RopeScaling
 
 _MASK_VALUE = -1e30
 
@@ -49,10 +51,28 @@ def causal_mask(query_slots: jax.Array, key_valid: jax.Array) -> jax.Array:
     return (slots[None, None, :] <= q[:, :, None]) & key_valid[:, None, :]
 
 
-def rope(x: jax.Array, positions: jax.Array, theta: float) -> jax.Array:
-    """Rotary embedding of x [B, T, heads, D] at integer positions [B, T]."""
+def llama3_inv_freq(head_dim: int, theta: float, scaling: RopeScaling) -> np.ndarray:
+    """Llama 3 scaled rotary inverse frequencies [head_dim // 2] (float32), as Hugging Face computes them."""
+    half = head_dim // 2
+    inv_freq = 1.0 / (theta ** (np.arange(0, half, dtype=np.float64) / half))
+    old_context = scaling.original_max_position_embeddings
+    low_freq_wavelen = old_context / scaling.low_freq_factor
+    high_freq_wavelen = old_context / scaling.high_freq_factor
+    wavelen = 2 * math.pi / inv_freq
+    scaled = np.where(wavelen > low_freq_wavelen, inv_freq / scaling.factor, inv_freq)
+    smooth = (old_context / wavelen - scaling.low_freq_factor) / (scaling.high_freq_factor - scaling.low_freq_factor)
+    smoothed = (1 - smooth) * scaled / scaling.factor + smooth * scaled
+    medium = (wavelen >= high_freq_wavelen) & (wavelen <= low_freq_wavelen)
+    return np.where(medium, smoothed, scaled).astype(np.float32)
+
+
+def rope(x: jax.Array, positions: jax.Array, theta: float, scaling: RopeScaling | None = None) -> jax.Array:
+    """Rotary embedding of x [B, T, heads, D] at integer positions [B, T] (Llama 3 scaling optional)."""
     half = x.shape[-1] // 2
-    inv_freq = 1.0 / (theta ** (jnp.arange(0, half, dtype=jnp.float32) / half))
+    if scaling is None:
+        inv_freq = 1.0 / (theta ** (jnp.arange(0, half, dtype=jnp.float32) / half))
+    else:
+        inv_freq = jnp.asarray(llama3_inv_freq(x.shape[-1], theta, scaling))
     angles = positions[..., None].astype(jnp.float32) * inv_freq  # [B, T, half]
     angles = jnp.concatenate([angles, angles], axis=-1)[:, :, None, :]
     cos, sin = jnp.cos(angles), jnp.sin(angles)
@@ -83,14 +103,15 @@ class Attention(nnx.Module):
         self.o_proj = dense(cfg.num_heads * hd, d, False)
         self.num_heads, self.num_kv_heads, self.head_dim = cfg.num_heads, cfg.num_kv_heads, hd
         self.rope_theta = cfg.rope_theta
+        self.rope_scaling = cfg.rope_scaling
 
     def __call__(self, x, positions, mask, cache: LayerCache | None, cache_index):
         b, t, _ = x.shape
         q = self.q_proj(x).reshape(b, t, self.num_heads, self.head_dim)
         k = self.k_proj(x).reshape(b, t, self.num_kv_heads, self.head_dim)
         v = self.v_proj(x).reshape(b, t, self.num_kv_heads, self.head_dim)
-        q = rope(q, positions, self.rope_theta)
-        k = rope(k, positions, self.rope_theta)
+        q = rope(q, positions, self.rope_theta, self.rope_scaling)
+        k = rope(k, positions, self.rope_theta, self.rope_scaling)
         if cache is not None:
             k = jax.lax.dynamic_update_slice(cache.k, k.astype(cache.k.dtype), (0, cache_index, 0, 0))
             v = jax.lax.dynamic_update_slice(cache.v, v.astype(cache.v.dtype), (0, cache_index, 0, 0))

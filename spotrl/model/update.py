@@ -63,7 +63,7 @@ def compute_advantages(spec: AdvantageSpec, rewards, mask, old_logprobs=None, re
 
 def policy_update(step_fn, state: dict, *, prompt_tokens, prompt_valid, tokens, lengths, old_logprobs, rewards,
                   spec: AdvantageSpec, minibatches: int, epochs: int, rng: np.random.Generator,
-                  real_rows: int | None = None, ref_logprobs=None, old_values=None):
+                  real_rows: int | None = None, ref_logprobs=None, old_values=None, behaviour_weights=None):
     """Returns (train state, metrics averaged over the optimizer steps)."""
     rows = len(rewards)
     real_rows = rows if real_rows is None else real_rows
@@ -87,7 +87,8 @@ def policy_update(step_fn, state: dict, *, prompt_tokens, prompt_valid, tokens, 
             take = order[m * size : (m + 1) * size]
             pick = lambda x: None if x is None else np.asarray(x)[take]  # noqa: E731
             batch = RLBatch(all_tokens[take], all_valid[take], pick(old_logprobs), advantages[take],
-                            ref_logprobs=pick(ref_logprobs), old_values=pick(old_values), returns=pick(returns))
+                            ref_logprobs=pick(ref_logprobs), old_values=pick(old_values), returns=pick(returns),
+                            behaviour_weights=pick(behaviour_weights))
             state, metrics = step_fn(state, batch)
             history.append(metrics)
     history = jax.device_get(history)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import threading
 from collections import OrderedDict
 from pathlib import Path
 
@@ -63,7 +64,8 @@ class RunContext:
         self.weights = WeightStore(self.run_dir / "weights", keep=cfg.weights.keep, pinned=pinned)
         self.checkpoints = CheckpointStore(self.run_dir / "checkpoints", keep=cfg.checkpoint.keep)
         self.train_states = _LRU(2)  # iteration -> {"params", "opt_state"}
-        self.pulled = _LRU(2)  # weights version -> nnx.State
+        self.pulled = _LRU(2 + cfg.rollout.max_staleness)  # weights version -> nnx.State
+        self._pull_lock = threading.Lock()  # rollout shards pull from worker threads
         self._splits = {}
 
     @property
@@ -115,10 +117,11 @@ class RunContext:
 
     def pull(self, version: int):
         """Weights of a published version as nnx.State, verified, loaded once per process."""
-        if version not in self.pulled:
-            params = self.weights.load(version, self.policy.template())
-            self.pulled.put(version, self.policy.to_state(params))
-        return self.pulled[version]
+        with self._pull_lock:
+            if version not in self.pulled:
+                params = self.weights.load(version, self.policy.template())
+                self.pulled.put(version, self.policy.to_state(params))
+            return self.pulled[version]
 
 
 @functools.lru_cache(maxsize=4)

@@ -24,7 +24,7 @@ from spotrl.curation.store import save_splits
 from spotrl.faults import failpoint
 from spotrl.flows.config import RunConfig
 from spotrl.model.evaluate import evaluate_pass_at_k
-from spotrl.model.sequences import join
+from spotrl.model.sequences import completion_mask, join
 from spotrl.model.shaping import fill_batch_with_signal, groups_with_signal, overlong_penalty
 from spotrl.model.update import policy_update
 from spotrl.model.rng import derive_key, derive_numpy_rng, next_iteration_streams
@@ -163,29 +163,40 @@ def update(config: RunConfig, run_dir: str, iteration: int, previous: dict, scor
     started = time.perf_counter()
     a, r = config.algorithm, config.rollout
     frame = pd.concat([read_shard(ref["uri"], ref["sha256"]) for ref in scored], ignore_index=True)
-    frame, batch_info = _training_batch(config, frame)
+    frame, batch_info = _training_batch(config, frame, iteration)
     prompt_tokens, prompt_valid = ctx.tokenizer.encode_batch_left_padded(frame["prompt"].tolist())
     tokens, lengths = np.stack(frame["tokens"].to_numpy()), frame["length"].to_numpy()
-    old_logprobs = np.stack(frame["logprobs"].to_numpy())
+    behaviour_logprobs = np.stack(frame["logprobs"].to_numpy())
     state = ctx.train_state(previous["iteration"], consume=True)
 
-    ref_logprobs = old_values = None
-    if ctx.reference_version is not None or ctx.critic_graphdef is not None:
-        scoring = build_scoring_fn(ctx.policy.graphdef, r.temperature, ctx.critic_graphdef)
-        all_tokens, all_valid = join(prompt_tokens, prompt_valid, tokens, lengths)
-        if ctx.reference_version is not None:
-            ref_logprobs = np.asarray(scoring(ctx.pull(ctx.reference_version), None, all_tokens, all_valid, tokens.shape[1])[0])
-        if ctx.critic_graphdef is not None:
-            old_values = np.asarray(scoring(state["params"], state["critic"], all_tokens, all_valid, tokens.shape[1])[1])
+    # The trainer recomputes the logprobs of the sampled tokens with its own weights (the
+    # "proximal" policy): on-policy they must equal the sampler's (alignment), off-policy they
+    # give the truncated importance weights that correct for stale rollouts.
+    scoring = build_scoring_fn(ctx.policy.graphdef, r.temperature, ctx.critic_graphdef)
+    all_tokens, all_valid = join(prompt_tokens, prompt_valid, tokens, lengths)
+    width = tokens.shape[1]
+    prox_logprobs, old_values = scoring(state["params"], state.get("critic"), all_tokens, all_valid, width)
+    prox_logprobs = np.asarray(prox_logprobs)
+    old_values = None if old_values is None else np.asarray(old_values)
+    ref_logprobs = None
+    if ctx.reference_version is not None:
+        ref_logprobs = np.asarray(scoring(ctx.pull(ctx.reference_version), None, all_tokens, all_valid, width)[0])
+    real = completion_mask(np.where(np.arange(len(lengths)) < batch_info["real_rows"], lengths, 0), width)
+    alignment = importance_statistics(prox_logprobs, behaviour_logprobs, real, a.importance_cap)
+    behaviour_weights = None
+    if r.max_staleness > 0:
+        behaviour_weights = np.minimum(np.exp(np.where(real, prox_logprobs - behaviour_logprobs, 0.0)), a.importance_cap)
 
     step_fn = build_rl_step(ctx.policy.graphdef, ctx.optimizer, a.loss_spec(r.max_new_tokens), r.temperature,
                             ctx.critic_graphdef, ctx.critic_optimizer)
     state, metrics = policy_update(
         step_fn, state, prompt_tokens=prompt_tokens, prompt_valid=prompt_valid, tokens=tokens, lengths=lengths,
-        old_logprobs=old_logprobs, rewards=frame["reward"].to_numpy(), spec=a.advantage_spec(r.group_size),
+        old_logprobs=prox_logprobs, rewards=frame["reward"].to_numpy(), spec=a.advantage_spec(r.group_size),
         minibatches=a.minibatches, epochs=a.epochs, rng=derive_numpy_rng(config.seed, "minibatches", iteration),
         real_rows=batch_info["real_rows"], ref_logprobs=ref_logprobs, old_values=old_values,
+        behaviour_weights=None if behaviour_weights is None else behaviour_weights.astype(np.float32),
     )
+    metrics.update(alignment)
     failpoint("update.step", iteration)
     before = ctx.checkpoints.metadata(previous["iteration"])
     versions = sorted({int(v) for v in frame["weights_version"]})
@@ -204,25 +215,45 @@ def update(config: RunConfig, run_dir: str, iteration: int, previous: dict, scor
             **metrics, **{k: v for k, v in batch_info.items() if k != "real_rows"}}
 
 
-def _training_batch(config: RunConfig, frame: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
-    """The rows to train on. With dynamic sampling: the first `prompts_per_iteration` groups that
-    have signal, padded with inert rows when too few had; otherwise every row."""
+def _training_batch(config: RunConfig, frame: pd.DataFrame, iteration: int) -> tuple[pd.DataFrame, dict]:
+    """The rows to train on, padded with inert rows to one fixed shape.
+
+    Rollouts staler than rollout.max_staleness are dropped (the schedule never makes them; a bug or
+    a hand-edited run would). With dynamic sampling: the first `prompts_per_iteration` groups that
+    have signal; otherwise every group of the iteration's prompts.
+    """
     r, ds = config.rollout, config.algorithm.dynamic_sampling
     target_rows = r.prompts_per_iteration * r.group_size
-    if not ds.enabled:
-        return frame, {"real_rows": len(frame)}
+    stale = (iteration - 1 - frame["weights_version"].to_numpy()) > r.max_staleness
+    info = {"rollouts_dropped_stale": int(stale.sum())}
+    frame = frame[~stale].reset_index(drop=True)
     grouped = frame["reward"].to_numpy().reshape(-1, r.group_size)
-    kept, dropped = fill_batch_with_signal(grouped, r.prompts_per_iteration)
-    rows = [g * r.group_size + i for g in kept for i in range(r.group_size)]
-    batch = frame.iloc[rows].reset_index(drop=True)
-    info = {"real_rows": len(batch), "groups_generated": len(grouped), "groups_dropped": dropped,
-            "groups_trained": len(kept), "batch_short_groups": r.prompts_per_iteration - len(kept)}
-    if len(batch) < target_rows:
-        get_run_logger_or_print(f"dynamic sampling: only {len(kept)} of {r.prompts_per_iteration} groups had signal "
-                                f"after {len(grouped)} generated; training on {len(kept)} (the rest is padding)")
+    if ds.enabled:
+        kept, dropped = fill_batch_with_signal(grouped, r.prompts_per_iteration)
+        info.update(groups_generated=len(grouped), groups_dropped=dropped, groups_trained=len(kept),
+                    batch_short_groups=r.prompts_per_iteration - len(kept))
+        if len(kept) < r.prompts_per_iteration:
+            get_run_logger_or_print(f"dynamic sampling: only {len(kept)} of {r.prompts_per_iteration} groups had signal "
+                                    f"after {len(grouped)} generated; training on {len(kept)} (the rest is padding)")
+    else:
+        kept = list(range(min(len(grouped), r.prompts_per_iteration)))
+    batch = frame.iloc[[g * r.group_size + i for g in kept for i in range(r.group_size)]].reset_index(drop=True)
+    info["real_rows"] = len(batch)
+    if len(batch) < target_rows and len(frame):
         filler = frame.iloc[[0] * (target_rows - len(batch))]  # any row: padding has no valid token and no advantage
         batch = pd.concat([batch, filler], ignore_index=True)
     return batch, info
+
+
+def importance_statistics(prox_logprobs, behaviour_logprobs, mask, cap: float) -> dict:
+    """Trainer/sampler alignment and importance-ratio statistics over the valid tokens."""
+    diff = (prox_logprobs - behaviour_logprobs)[mask]
+    if diff.size == 0:
+        return {}
+    ratio = np.exp(diff)
+    return {"logprob_max_abs_diff": float(np.abs(diff).max()), "importance_ratio_mean": float(ratio.mean()),
+            "importance_ratio_min": float(ratio.min()), "importance_ratio_max": float(ratio.max()),
+            "importance_truncated_frac": float((ratio > cap).mean())}
 
 
 def get_run_logger_or_print(message: str) -> None:
