@@ -55,6 +55,9 @@ class RolloutConfig(_Section):
     top_k: int = Field(0, ge=0)
     top_p: float = Field(1.0, gt=0, le=1)
     shards: int = Field(1, gt=0, description="rollout work split into this many parallel tasks")
+    task_runner: Literal["threads", "ray"] = Field("threads", description="where rollout shards run: this process's "
+                                                                         "thread pool, or Ray workers (prefect-ray)")
+    ray_address: str | None = Field(None, description="a Ray cluster (ray://host:10001 or auto); None starts a local Ray")
     max_staleness: int = Field(0, ge=0, description="k: iteration i samples with weights i-1-k; k >= 1 overlaps "
                                                      "generation with the previous updates (0: on-policy)")
 

@@ -10,6 +10,7 @@ iteration that had finished are cache hits (results persist under RUN/prefect-re
 
 from __future__ import annotations
 
+import contextlib
 import time
 from pathlib import Path
 
@@ -58,12 +59,27 @@ def train(config: RunConfig = RunConfig(), run_dir: str = "runs/tiny", attempt: 
                                 "not resubmitting: look at why the previous attempts crashed")
     started = time.perf_counter()
     run_path = rundir.prepare(run_dir, config)
-    with rundir.exclusive(run_path), PreemptionGuard(preemption_grace_seconds) as guard:
-        result = _run(config, run_path, guard)
+    with rundir.exclusive(run_path), PreemptionGuard(preemption_grace_seconds) as guard, \
+            rollout_task_runner(config) as runner:
+        result = _run(config, run_path, guard, runner)
     return {**result, "seconds": time.perf_counter() - started}
 
 
-def _run(config: RunConfig, run_path: Path, guard: PreemptionGuard) -> dict:
+@contextlib.contextmanager
+def rollout_task_runner(config: RunConfig):
+    """The task runner rollout shards are mapped over: None (the flow's thread pool) or Ray."""
+    if config.rollout.task_runner == "threads":
+        yield None
+        return
+    from prefect_ray import RayTaskRunner
+
+    # a local Ray: our workers only need the CPU (JAX), no dashboard
+    init_kwargs = {} if config.rollout.ray_address else {"include_dashboard": False}
+    with RayTaskRunner(address=config.rollout.ray_address, init_kwargs=init_kwargs) as runner:
+        yield runner
+
+
+def _run(config: RunConfig, run_path: Path, guard: PreemptionGuard, runner=None) -> dict:
     root = str(run_path)
     _log(f"run directory: {root}  (config {config.digest()})")
     ctx = get_context(root, config)
@@ -102,12 +118,12 @@ def _run(config: RunConfig, run_path: Path, guard: PreemptionGuard) -> dict:
             if version not in published:
                 break
             if j not in in_flight and j >= iteration:
-                in_flight[j] = _launch(t, config, root, j, published[version], 0)
+                in_flight[j] = _launch(t, config, root, j, published[version], 0, runner)
 
     for iteration in range(start, config.iterations + 1):
         iteration_started = time.perf_counter()
         launch_ready()
-        rollouts, scored = _collect(t, config, root, iteration, in_flight.pop(iteration))
+        rollouts, scored = _collect(t, config, root, iteration, in_flight.pop(iteration), runner)
         guard.check(f"in iteration {iteration} after its rollouts were scored")
         updated = t["update"](config, root, iteration, previous, scored)
         previous = t["checkpoint"](config, root, updated)
@@ -130,14 +146,19 @@ def _run(config: RunConfig, run_path: Path, guard: PreemptionGuard) -> dict:
             "weights_sha256": weights["sha256"]}
 
 
-def _launch(t, config: RunConfig, root: str, iteration: int, weights: dict, generation_round: int):
+def _launch(t, config: RunConfig, root: str, iteration: int, weights: dict, generation_round: int, runner=None):
     """Submit one round of rollouts (fanned out over shards) and their scoring; returns futures."""
-    sampled = t["rollout"].map(unmapped(config), unmapped(root), unmapped(iteration), range(config.rollout.shards),
-                               unmapped(weights), unmapped(generation_round))
+    parameters = {"config": unmapped(config), "run_dir": unmapped(root), "iteration": unmapped(iteration),
+                  "shard": range(config.rollout.shards), "weights": unmapped(weights),
+                  "generation_round": unmapped(generation_round)}
+    if runner is None:
+        sampled = t["rollout"].map(**parameters)
+    else:
+        sampled = runner.map(t["rollout"], parameters)
     return sampled, t["reward"].map(unmapped(config), unmapped(root), sampled), weights
 
 
-def _collect(t, config: RunConfig, root: str, iteration: int, launched) -> tuple[list[dict], list[dict]]:
+def _collect(t, config: RunConfig, root: str, iteration: int, launched, runner=None) -> tuple[list[dict], list[dict]]:
     """Wait for an iteration's rollouts and scores. With dynamic sampling (DAPO), further rounds
     (same weights) run until enough groups have signal or `max_rounds` is reached."""
     r, ds = config.rollout, config.algorithm.dynamic_sampling
@@ -147,7 +168,7 @@ def _collect(t, config: RunConfig, root: str, iteration: int, launched) -> tuple
         if generation_round:
             if sum(s["groups_with_signal"] for s in scored) >= r.prompts_per_iteration:
                 break
-            sampled, rewarded, _ = _launch(t, config, root, iteration, weights, generation_round)
+            sampled, rewarded, _ = _launch(t, config, root, iteration, weights, generation_round, runner)
         scored += rewarded.result()
         rollouts += sampled.result()
     return rollouts, scored
@@ -180,5 +201,7 @@ def _iteration_metrics(iteration, rollouts, scored, updated, weights, seconds) -
         **{k: v for k, v in updated.items() if k not in skip},
         "tokens_per_s": tokens / max(rollout_seconds, 1e-9),
         "seconds": seconds,
-        "timing": {"rollout_seconds": rollout_seconds, "update_seconds": updated["update_seconds"]},
+        # how the work was executed (varies from run to run, unlike everything above)
+        "timing": {"rollout_seconds": rollout_seconds, "update_seconds": updated["update_seconds"],
+                   "rollout_workers": sorted({r.get("worker", "") for r in rollouts})},
     }

@@ -10,6 +10,8 @@ directory), retries only for transient I/O errors.
 
 from __future__ import annotations
 
+import os
+import socket
 import time
 
 import jax
@@ -131,7 +133,7 @@ def rollout(config: RunConfig, run_dir: str, iteration: int, shard: int, weights
     })
     path, sha256 = write_shard(ctx.run_dir / "rollouts", iteration, shard + generation_round * r.shards, "rollouts", frame)
     return {"uri": str(path), "sha256": sha256, "iteration": iteration, "shard": shard + generation_round * r.shards,
-            "round": generation_round, "weights_version": weights["version"],
+            "round": generation_round, "weights_version": weights["version"], "worker": _worker(),
             "rows": len(frame), "tokens": completions.num_tokens, "rollout_seconds": seconds,
             "tokens_per_s": completions.num_tokens / max(seconds, 1e-9)}
 
@@ -254,6 +256,10 @@ def importance_statistics(prox_logprobs, behaviour_logprobs, mask, cap: float) -
     return {"logprob_max_abs_diff": float(np.abs(diff).max()), "importance_ratio_mean": float(ratio.mean()),
             "importance_ratio_min": float(ratio.min()), "importance_ratio_max": float(ratio.max()),
             "importance_truncated_frac": float((ratio > cap).mean())}
+
+
+def _worker() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 def get_run_logger_or_print(message: str) -> None:
