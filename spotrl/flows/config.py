@@ -58,6 +58,8 @@ class RolloutConfig(_Section):
     task_runner: Literal["threads", "ray"] = Field("threads", description="where rollout shards run: this process's "
                                                                          "thread pool, or Ray workers (prefect-ray)")
     ray_address: str | None = Field(None, description="a Ray cluster (ray://host:10001 or auto); None starts a local Ray")
+    pull_timeout_seconds: float = Field(300.0, gt=0, description="how long a worker waits for a weight version "
+                                                                  "that is not published yet")
     max_staleness: int = Field(0, ge=0, description="k: iteration i samples with weights i-1-k; k >= 1 overlaps "
                                                      "generation with the previous updates (0: on-policy)")
 

@@ -100,13 +100,16 @@ def find_resume_point(run_dir: Path, config: RunConfig, checkpoints: CheckpointS
             continue  # older versions are never read again by this run
         try:
             weights.verified_digest(version)
-        except (WeightStoreError, OSError) as err:
-            set_aside(weights.version_dir(version), str(err))
+        except WeightStoreError as err:
+            if weights.local:
+                set_aside(Path(weights.version_dir(version)), str(err))
+            else:
+                notes.append(f"quarantined {weights.quarantine(version, str(err))}: {err}")
             if version > after:
                 damaged_after = _oldest(damaged_after, version)
-    for path in sorted(weights.root.glob("v[0-9]*")) if weights.root.exists() else []:
-        if not (path / "manifest.json").exists():
-            set_aside(path, "weight version without a manifest: never completed")
+    for incomplete in weights.incomplete():
+        weights.remove(incomplete)
+        notes.append(f"removed {incomplete} (a weight version killed before its manifest)")
     if weights.latest() is not None and weights.latest() not in weights.versions():
         newest = max(weights.versions(), default=None)
         weights.repoint(newest)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
+import socket
 import threading
 from collections import OrderedDict
 from pathlib import Path
@@ -34,11 +36,14 @@ class _LRU(OrderedDict):
         super().__init__()
         self.size = size
 
-    def put(self, key, value):
+    def put(self, key, value) -> list:
+        """Insert; returns the keys evicted to stay within `size`."""
         self[key] = value
         self.move_to_end(key)
+        evicted = []
         while len(self) > self.size:
-            self.popitem(last=False)
+            evicted.append(self.popitem(last=False)[0])
+        return evicted
 
 
 @dataclasses.dataclass
@@ -66,6 +71,7 @@ class RunContext:
         self.train_states = _LRU(2)  # iteration -> {"params", "opt_state"}
         self.pulled = _LRU(2 + cfg.rollout.max_staleness)  # weights version -> nnx.State
         self._pull_lock = threading.Lock()  # rollout shards pull from worker threads
+        self.worker_id = f"{socket.gethostname()}-{os.getpid()}"
         self._splits = {}
 
     @property
@@ -119,8 +125,11 @@ class RunContext:
         """Weights of a published version as nnx.State, verified, loaded once per process."""
         with self._pull_lock:
             if version not in self.pulled:
+                self.weights.wait_for(version, timeout=self.config.rollout.pull_timeout_seconds)
+                self.weights.hold(version, self.worker_id)  # retention keeps it while this worker uses it
                 params = self.weights.load(version, self.policy.template())
-                self.pulled.put(version, self.policy.to_state(params))
+                for evicted in self.pulled.put(version, self.policy.to_state(params)):
+                    self.weights.release(evicted, self.worker_id)
             return self.pulled[version]
 
 
