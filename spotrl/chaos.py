@@ -63,20 +63,20 @@ class Attempt:
         return self.returncode == -signal.SIGKILL
 
 
-def train_command(run_dir: Path, overrides: list[str]) -> list[str]:
+def train_command(run_dir: Path, overrides: list[str], extra_args: list[str] = ()) -> list[str]:
     sets = [arg for item in overrides for arg in ("--set", item)]
-    return [sys.executable, "-m", "spotrl.flows.cli", "train", "--run-dir", str(run_dir), *sets]
+    return [sys.executable, "-m", "spotrl.flows.cli", "train", "--run-dir", str(run_dir), *sets, *extra_args]
 
 
 def run_attempt(run_dir: Path, overrides: list[str], kill: Kill | None = None, env: dict | None = None,
-                timeout: float = 600.0, on_line=None) -> Attempt:
+                timeout: float = 600.0, on_line=None, extra_args: list[str] = ()) -> Attempt:
     """Run `spotrl train` once; kill it as `kill` says. Returns how it ended and what it printed."""
     env = dict(os.environ if env is None else env)
     env.pop("SPOTRL_KILL_AT", None)
     if kill is not None and kill.failpoint:
         env["SPOTRL_KILL_AT"] = kill.failpoint
     started = time.time()
-    process = subprocess.Popen(train_command(run_dir, overrides), env=env, stdout=subprocess.PIPE,
+    process = subprocess.Popen(train_command(run_dir, overrides, extra_args), env=env, stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True, bufsize=1)
     lines: list[str] = []
     killed_at: list[float] = []
