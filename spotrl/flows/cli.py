@@ -1,4 +1,4 @@
-"""The `spotrl` command line: train, eval, digest."""
+"""The `spotrl` command line: train, eval, digest, export, curate, verify."""
 
 from __future__ import annotations
 
@@ -34,13 +34,52 @@ def _parser() -> argparse.ArgumentParser:
 
     digest = sub.add_parser("digest", help="sha256 of the newest published weights")
     digest.add_argument("--run-dir", required=True)
+
+    export = sub.add_parser("export", help="write the newest published weights as a Hugging Face checkpoint")
+    export.add_argument("--run-dir", required=True)
+    export.add_argument("--out", required=True, help="output directory (local or fsspec URL); must not exist or be empty")
+    export.add_argument("--version", type=int, help="weight version (default: LATEST)")
+    export.add_argument("--dtype", choices=["float32", "bfloat16"], help="tensor dtype (default: the model's)")
+
+    curate = sub.add_parser("curate", help="curate prompt datasets: schema, quarantine, dedup, decontamination, mixing, splits")
+    curate.add_argument("sources", nargs="+", metavar="SOURCE",
+                        help="[NAME=]PATH: .jsonl/.json/.parquet/.csv file or saved `datasets` directory, local or gs://")
+    curate.add_argument("--out", required=True, help="output directory (train/eval parquet, manifest, quarantine)")
+    curate.add_argument("--eval", dest="eval_sources", action="append", default=[], metavar="FILE",
+                        help="held-out evaluation set to decontaminate against (repeatable)")
+    curate.add_argument("--map", dest="mappings", action="append", default=[], metavar="SOURCE.COL=FIELD",
+                        help="map a source column to id, prompt, answer or tests (e.g. gsm8k.question=prompt)")
+    curate.add_argument("--weight", dest="weights", action="append", default=[], metavar="SOURCE=W",
+                        help="mix sources by weight (default: keep every row)")
+    curate.add_argument("--split", dest="splits", action="append", default=[], metavar="SOURCE=SPLIT",
+                        help="split of a saved DatasetDict (default: train)")
+    curate.add_argument("--ngram", type=int, default=13, help="n-gram size for decontamination (default 13)")
+    curate.add_argument("--seed", type=int, default=0)
+    curate.add_argument("--eval-fraction", type=float, default=0.05, help="share of rows in the eval split (default 0.05)")
+    curate.add_argument("--eval-size", type=int, help="rows in the eval split (instead of --eval-fraction)")
+    curate.add_argument("--total", type=int, help="rows after mixing (default: as many as the weights allow)")
+    curate.add_argument("--force", action="store_true", help="curate again even if DIR is up to date")
+    curate.add_argument("--json", action="store_true", help="print the counts as one JSON object")
+
+    verify = sub.add_parser("verify", help="run one candidate through a verifier")
+    verify_sub = verify.add_subparsers(dest="verifier", required=True)
+    vcode = verify_sub.add_parser("code", help="run a solution against assert tests in the sandbox; prints one JSON object")
+    vcode.add_argument("--solution", required=True, help="Python file with the candidate")
+    vcode.add_argument("--tests", required=True, help="Python file of assert statements, run after the solution")
+    vcode.add_argument("--timeout", type=float, default=10.0, help="wall-clock limit in seconds (default 10)")
+    vcode.add_argument("--cpu-seconds", type=int, default=5, help="CPU-time limit (default 5)")
+    vcode.add_argument("--memory-mb", type=int, default=512, help="address-space limit (default 512)")
+    vcode.add_argument("--retries", type=int, default=2, help="retries of a sandbox failure (default 2)")
+    vcode.add_argument("--allow-weak-isolation", action="store_true",
+                       help="run even without namespaces (rlimits and an audit hook only)")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        return {"train": _train, "eval": _eval, "digest": _digest}[args.command](args)
+        return {"train": _train, "eval": _eval, "digest": _digest, "export": _export,
+                "curate": _curate, "verify": _verify}[args.command](args)
     except Exception as err:  # noqa: BLE001 - the CLI turns known errors into one clear line
         from spotrl.flows.config import ConfigError
         from spotrl.flows.rundir import RunDirError
@@ -124,6 +163,40 @@ def _digest(args) -> int:
     store = WeightStore(Path(args.run_dir) / "weights")
     print(store.verified_digest())
     return 0
+
+
+def _export(args) -> int:
+    from spotrl.flows import rundir
+    from spotrl.model.export import export_checkpoint
+    from spotrl.model.hf import CheckpointError
+    from spotrl.model.policy import Policy
+    from spotrl.model.tokenizer import CharTokenizer
+    from spotrl.storage.weights import WeightStore
+
+    config = rundir.read_config(args.run_dir)
+    store = WeightStore(Path(args.run_dir) / "weights")
+    version = store.resolve(args.version)
+    params = store.load(version, Policy(config.model).template())
+    try:
+        # the built-in tasks use the character tokenizer; its tokenizer.json is written alongside
+        out = export_checkpoint(params, config.model, args.out, dtype=args.dtype, tokenizer=CharTokenizer())
+    except (CheckpointError, FileExistsError, ValueError) as err:
+        print(f"spotrl: error: {err}", file=sys.stderr)
+        return 2
+    print(f"weights v{version} of {args.run_dir} -> {out}")
+    return 0
+
+
+def _curate(args) -> int:
+    from spotrl.curation.cli import run
+
+    return run(args)
+
+
+def _verify(args) -> int:
+    from spotrl.rewards.cli import run_code
+
+    return run_code(args)
 
 
 if __name__ == "__main__":

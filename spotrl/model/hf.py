@@ -9,13 +9,14 @@ A checkpoint directory (a local path, or any fsspec URL such as gs://bucket/dir)
 
 reads the safetensors headers of every file first and checks every tensor's name, shape and
 dtype against the architecture; any problem is one `CheckpointError` naming the file and the
-tensor, raised before a single tensor's data is read. Then tensors are read one at a time (a
-memory map of that tensor for a local file, a byte-range read otherwise) and placed on their
-devices: with a sharding, each device's slice is cut from the mapped tensor, so the host never
-holds a copy of the whole model, nor even of a whole tensor when it is sharded. (safetensors'
-own `safe_open` cannot hand bfloat16 to numpy and reads only local files, so the few lines of its
-format that we need are read here: an 8-byte little-endian header length, a JSON header of
-{name: {dtype, shape, data_offsets}}, then the raw little-endian data.)
+tensor, raised before a single tensor's data is read. Then tensors are read one at a time and
+placed on their devices: a tensor that one device holds whole is read in one sequential read; a
+sharded one is read block by block from a read-only memory map, each device's block only. So the
+host never holds a copy of the whole model, at most one tensor. The transpose and the cast to
+the config's dtype run on the devices. (safetensors' own `safe_open` cannot hand bfloat16 to
+numpy and reads only local files, so the few lines of its format that we need are read here: an
+8-byte little-endian header length, a JSON header of {name: {dtype, shape, data_offsets}}, then
+the raw little-endian data.)
 
 Hugging Face stores a Linear's weight as [out, in]; our `nnx.Linear` kernels are [in, out], so
 those tensors are transposed on the way in (and out, in spotrl/model/export.py).
@@ -23,6 +24,7 @@ those tensors are transposed on the way in (and out, in spotrl/model/export.py).
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import struct
@@ -250,7 +252,8 @@ def config_to_hf(
         "rope_theta": cfg.rope_theta,
         "rope_scaling": None if cfg.rope_scaling is None else cfg.rope_scaling.model_dump(),
         "tie_word_embeddings": cfg.tie_embeddings,
-        "torch_dtype": cfg.dtype,
+        "torch_dtype": cfg.dtype,  # transformers 4.x
+        "dtype": cfg.dtype,  # 5.x
         "use_cache": True,
         "bos_token_id": bos_token_id,
         "eos_token_id": eos_token_id,
@@ -289,12 +292,18 @@ def tensor_map(cfg: ModelConfig) -> dict[str, tuple[str, bool]]:
     return names
 
 
-def abstract_model(cfg: ModelConfig) -> tuple[nnx.GraphDef, nnx.State]:
-    """Graph definition and shape-only state of our Transformer for `cfg` (allocates nothing)."""
+@functools.lru_cache(maxsize=8)
+def _abstract_model(cfg: ModelConfig) -> tuple[nnx.GraphDef, nnx.State]:
     from spotrl.model.transformer import Transformer
 
-    model = nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0)))
+    model = nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0)))  # seconds for a large model: cached
     return nnx.split(model)
+
+
+def abstract_model(cfg: ModelConfig) -> tuple[nnx.GraphDef, nnx.State]:
+    """Graph definition and shape-only state of our Transformer for `cfg` (allocates nothing)."""
+    graphdef, state = _abstract_model(cfg)
+    return graphdef, jax.tree.map(lambda x: x, state)  # a fresh State: callers fill it in place
 
 
 def _flat(tree: Mapping, prefix: str = "") -> dict[str, Any]:
@@ -384,10 +393,10 @@ def checkpoint_tensors(path: str) -> tuple[str, dict[str, TensorEntry]]:
     raise CheckpointError(f"{path}: no {WEIGHTS_FILE} or {INDEX_FILE} (only safetensors checkpoints load)")
 
 
-def check_tensors(cfg: ModelConfig, listing: str, tensors: Mapping[str, TensorEntry]) -> dict[str, tuple[TensorEntry, str, bool]]:
+def check_tensors(cfg: ModelConfig, listing: str, tensors: Mapping[str, TensorEntry]) -> dict[str, tuple[TensorEntry, bool]]:
     """Every expected tensor present with the right shape and a readable dtype, and nothing else.
 
-    Returns {our path: (entry, our path, transposed)}; raises one CheckpointError listing every problem.
+    Returns {our path: (entry, transposed)}; raises one CheckpointError listing every problem.
     """
     shapes = param_shapes(cfg)
     expected = tensor_map(cfg)
@@ -407,7 +416,7 @@ def check_tensors(cfg: ModelConfig, listing: str, tensors: Mapping[str, TensorEn
             problems.append(f"{entry.file}: tensor {hf_name!r} has {entry.end - entry.start} bytes, "
                             f"not {list(entry.shape)} x {entry.dtype}")
         else:
-            plan[ours] = (entry, ours, transposed)
+            plan[ours] = (entry, transposed)
     for name in sorted(set(tensors) - set(expected)):
         if _IGNORED.match(name) or (cfg.tie_embeddings and name == "lm_head.weight"):
             continue  # recomputed buffers; a tied checkpoint's redundant copy of the embedding
@@ -424,25 +433,92 @@ def check_tensors(cfg: ModelConfig, listing: str, tensors: Mapping[str, TensorEn
 # loading
 
 
-def _host_tensor(entry: TensorEntry) -> np.ndarray:
-    """The tensor's data on the host: a read-only memory map for a local file, else one byte-range read."""
-    dtype = _ST_DTYPES[entry.dtype]
-    if _is_local(entry.file):
-        _, local = _fs(entry.file)
-        return np.memmap(local, dtype=dtype, mode="r", offset=entry.start, shape=entry.shape)
-    with fsspec.open(entry.file, "rb") as f:
-        f.seek(entry.start)
-        data = f.read(entry.end - entry.start)
-    return np.frombuffer(data, dtype=dtype).reshape(entry.shape)
+class _HostTensor:
+    """One tensor's data on the host, read on demand: whole (one sequential read) or block by block
+    (from a read-only memory map of a local file, so a device's block is all that is read)."""
+
+    def __init__(self, entry: TensorEntry):
+        self.entry = entry
+        self.dtype = _ST_DTYPES[entry.dtype]
+        self.shape = entry.shape
+        self.local = _is_local(entry.file)
+        self._whole: np.ndarray | None = None
+
+    def whole(self) -> np.ndarray:
+        if self._whole is None:
+            e = self.entry
+            if self.local:
+                out = np.empty(e.shape, self.dtype)
+                with open(_fs(e.file)[1], "rb") as f:
+                    f.seek(e.start)
+                    if f.readinto(out.reshape(-1).view(np.uint8)) != e.end - e.start:
+                        raise CheckpointError(f"{e.file}: truncated: tensor {e.name!r} ends past the end of the file")
+            else:
+                with fsspec.open(e.file, "rb") as f:
+                    f.seek(e.start)
+                    data = f.read(e.end - e.start)
+                if len(data) != e.end - e.start:
+                    raise CheckpointError(f"{e.file}: truncated: tensor {e.name!r} ends past the end of the file")
+                out = np.frombuffer(data, dtype=self.dtype).reshape(e.shape)
+            self._whole = out
+        return self._whole
+
+    def block(self, index: tuple) -> np.ndarray:
+        """A fresh array holding data[index] (a jax array on the CPU may alias it, never the file)."""
+        full = all(i == slice(None) or (i.start in (None, 0) and i.stop in (None, n) and i.step in (None, 1))
+                   for i, n in zip(index, self.shape))
+        if full or not self.local or self._whole is not None:
+            return self.whole() if full else np.array(self.whole()[index])
+        e = self.entry
+        mapped = np.memmap(_fs(e.file)[1], dtype=self.dtype, mode="r", offset=e.start, shape=e.shape)
+        try:
+            return np.array(mapped[index], order="C")
+        finally:
+            del mapped
 
 
-def _place(host: np.ndarray, transposed: bool, dtype, sharding: Sharding | None) -> jax.Array:
-    view = host.T if transposed else host
-    if sharding is None:
-        return jax.device_put(np.array(view, dtype=dtype, order="C"))
-    return jax.make_array_from_callback(
-        view.shape, sharding, lambda index: np.array(view[index], dtype=dtype, order="C")
-    )
+def _host_tensor(entry: TensorEntry) -> _HostTensor:
+    return _HostTensor(entry)
+
+
+def _transposed_sharding(sharding: Sharding) -> Sharding | None:
+    """The sharding of the [out, in] source whose transpose has `sharding` (None: not expressible)."""
+    if isinstance(sharding, jax.sharding.SingleDeviceSharding):
+        return sharding
+    if isinstance(sharding, jax.sharding.NamedSharding):
+        spec = tuple(sharding.spec) + (None,) * (2 - len(sharding.spec))
+        return jax.sharding.NamedSharding(sharding.mesh, jax.sharding.PartitionSpec(*spec[::-1]))
+    return None
+
+
+@functools.lru_cache(maxsize=64)
+def _converter(dtype, transposed: bool, sharding: Sharding | None):
+    """Jitted cast (and transpose) on the devices: each device converts its own block, no host copy."""
+    fn = (lambda x: x.T.astype(dtype)) if transposed else (lambda x: x.astype(dtype))
+    return jax.jit(fn) if sharding is None else jax.jit(fn, out_shardings=sharding)
+
+
+def _place(host: _HostTensor, transposed: bool, dtype, sharding: Sharding | None) -> jax.Array:
+    """Put one tensor on its devices in our layout and dtype.
+
+    Each device's block is read in the checkpoint's own layout and dtype; the transpose and the
+    cast run on the devices (a host transpose of a large matrix is cache-unfriendly: slower than
+    reading it).
+    """
+    if sharding is None:  # the default device, uncommitted (as jnp.asarray places arrays)
+        raw = jax.device_put(host.whole())
+        if not transposed and host.dtype == dtype:
+            return raw
+        return _converter(jnp.dtype(dtype), transposed, None)(raw)
+    source = _transposed_sharding(sharding) if transposed else sharding
+    if source is None:  # a sharding we cannot mirror: transpose on the host, block by block
+        shape = host.shape[::-1]
+        return jax.make_array_from_callback(
+            shape, sharding, lambda index: np.array(host.block(index[::-1]).T, dtype=dtype, order="C"))
+    raw = jax.make_array_from_callback(host.shape, source, host.block)
+    if not transposed and host.dtype == dtype:
+        return raw
+    return _converter(jnp.dtype(dtype), transposed, sharding)(raw)
 
 
 def load_params(
@@ -464,11 +540,9 @@ def load_params(
     plan = check_tensors(cfg, listing, tensors)
     target = jnp.dtype(cfg.dtype)
     flat = {}
-    for ours, (entry, _, transposed) in plan.items():
+    for ours, (entry, transposed) in plan.items():
         shard = sharding(ours) if callable(sharding) else sharding
-        host = _host_tensor(entry)
-        flat[ours] = _place(host, transposed, target, shard)
-        del host  # unmaps the tensor: resident memory stays at one tensor
+        flat[ours] = _place(_host_tensor(entry), transposed, target, shard)  # host memory: one tensor at most
     _, state = abstract_model(cfg)
     return _nest_like(nnx.to_pure_dict(state), flat)
 
@@ -502,7 +576,11 @@ DEFAULT_RULES: tuple[tuple[str, tuple[str | None, ...]], ...] = (
 
 
 def sharding_rules(mesh: jax.sharding.Mesh, config: ModelConfig, rules=DEFAULT_RULES) -> Callable[[str], Sharding]:
-    """A path -> NamedSharding function for `load_params`: FSDP over axis 'fsdp', tensor parallel over 'tp'."""
+    """A path -> NamedSharding function for `load_params`: FSDP over axis 'fsdp', tensor parallel over 'tp'.
+
+    The model's code carries no sharding annotations, so the mesh's axes should be
+    `jax.sharding.AxisType.Auto` (XLA propagates the parameters' shardings through the jitted step).
+    """
     shapes = param_shapes(config)
     P = jax.sharding.PartitionSpec
 
