@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import concurrent.futures
+
 import numpy as np
 
 from spotrl.rewards.verifiers import get_verifier
 
 
-def score(task: str, completions: list[str], stopped, answers: list[str]) -> np.ndarray:
+def score(task: str, completions: list[str], stopped, answers: list[str], workers: int = 1) -> np.ndarray:
+    """The task's verifier over every completion, in order; over a pool of `workers` threads when > 1
+    (for verifiers that wait on other processes, like the code sandbox). An exception of a
+    verifier (a sandbox failure) propagates: nothing is scored 0 for it."""
     if not len(completions) == len(stopped) == len(answers):
         raise ValueError(f"lengths differ: {len(completions)} completions, {len(stopped)} flags, {len(answers)} answers")
     verify = get_verifier(task)
-    return np.array([verify(c, bool(s), a) for c, s, a in zip(completions, stopped, answers)], np.float32)
+    items = list(zip(completions, (bool(s) for s in stopped), answers))
+    if workers <= 1 or len(items) <= 1:
+        return np.array([verify(*item) for item in items], np.float32)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
+        return np.array(list(pool.map(lambda item: verify(*item), items)), np.float32)

@@ -1,4 +1,4 @@
-"""Exact-answer verifiers, in a registry keyed by task name."""
+"""Verifiers, in a registry keyed by task name: exact reversed digits, math answers, code in a sandbox."""
 
 from __future__ import annotations
 
@@ -19,6 +19,23 @@ def reversed_digits_exact(completion: str, stopped: bool, answer: str) -> float:
     part of the answer, so padding an answer with extra text never scores.
     """
     return float(stopped and completion[::-1] == answer)
+
+
+@VERIFIERS.register("math")
+def math_answer(completion: str, stopped: bool, answer: str) -> float:
+    """1.0 when the final answer (\\boxed, "answer:", last number) is equivalent to the reference."""
+    from spotrl.rewards.math_answer import math_reward
+
+    return math_reward(completion, stopped, answer)
+
+
+@VERIFIERS.register("code")
+def code_tests(completion: str, stopped: bool, tests: str) -> float:
+    """1.0 when the completion's code passes the row's tests in the sandbox (`SandboxError` if the
+    sandbox itself fails: never 0 for that)."""
+    from spotrl.rewards.code import code_reward
+
+    return code_reward(completion, stopped, tests)
 
 
 def get_verifier(task: str) -> Verifier:
