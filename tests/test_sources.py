@@ -3,11 +3,6 @@ mapped into the canonical schema; bad rows quarantined with the row number and t
 
 import gzip
 import json
-import os
-import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import datasets
@@ -15,6 +10,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import make_bucket
 
 from spotrl.curation.canonical import canonicalize
 from spotrl.curation.schema import CANONICAL_COLUMNS, canonical_failures
@@ -185,45 +181,8 @@ def test_canonical_schema_reports_each_failure():
 BUCKET = "spotrl-curation-test"
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def gcs():
-    """A local GCS emulator (gcp-storage-emulator) reached through gcsfs, as the weight-store tests do."""
-    gcsfs = pytest.importorskip("gcsfs")
-    emulator = Path(sys.executable).with_name("gcp-storage-emulator")
-    if not emulator.exists():
-        pytest.skip("gcp-storage-emulator is not installed")
-    port = _free_port()
-    process = subprocess.Popen([str(emulator), "start", "--port", str(port), "--in-memory"],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    saved = {k: os.environ.get(k) for k in ("STORAGE_EMULATOR_HOST", "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT")}
-    os.environ["STORAGE_EMULATOR_HOST"] = f"http://127.0.0.1:{port}"
-    os.environ["GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"] = "false"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                fs = gcsfs.GCSFileSystem(skip_instance_cache=True)
-                fs.mkdir(BUCKET)
-                break
-            except Exception:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.3)
-        yield fs
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
-        for k, v in saved.items():
-            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
-
-
 def test_sources_read_from_gcs(gcs):
+    make_bucket(gcs, BUCKET)
     with gcs.open(f"{BUCKET}/math.jsonl", "wb") as f:
         f.write("".join(json.dumps(r) + "\n" for r in ROWS).encode() + b"{broken\n")
     with gcs.open(f"{BUCKET}/math.parquet", "wb") as f:

@@ -1,54 +1,19 @@
 """The weight store on a local directory and on gs:// (a real GCS API: a local emulator, through gcsfs)."""
 
-import os
-import socket
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import make_bucket
 
 from spotrl.storage.weights import WeightStore, WeightStoreError
 
 BUCKET = "spotrl-test"
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
-def gcs_emulator():
-    port = _free_port()
-    emulator = Path(sys.executable).with_name("gcp-storage-emulator")
-    process = subprocess.Popen([str(emulator), "start", "--port", str(port), "--in-memory"],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    saved = {k: os.environ.get(k) for k in ("STORAGE_EMULATOR_HOST", "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT")}
-    os.environ["STORAGE_EMULATOR_HOST"] = f"http://127.0.0.1:{port}"
-    os.environ["GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"] = "false"  # else each call waits out a gRPC timeout
-    try:
-        import gcsfs
-
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                fs = gcsfs.GCSFileSystem(skip_instance_cache=True)
-                fs.mkdir(BUCKET)
-                break
-            except Exception:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.3)
-        yield f"gs://{BUCKET}"
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
-        for k, v in saved.items():
-            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+def gcs_emulator(gcs):
+    return make_bucket(gcs, BUCKET)
 
 
 @pytest.fixture(params=["local", "gs"])

@@ -23,6 +23,7 @@ import fsspec
 import numpy as np
 
 from spotrl.model.hf import CheckpointError, exists, join, read_json
+from spotrl.model.sequences import left_pad
 
 TOKENIZER_FILE = "tokenizer.json"
 TOKENIZER_CONFIG = "tokenizer_config.json"
@@ -194,15 +195,7 @@ class HFTokenizer:
     def encode_batch_left_padded(self, texts: list[str], length: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Prompts (see encode_prompt), left-padded to `length` (default: the longest): tokens and validity mask."""
         encoded = [self.encode_prompt(t) for t in texts]
-        length = length or max(map(len, encoded))
-        tokens = np.full((len(texts), length), self.pad_id, np.int32)
-        valid = np.zeros((len(texts), length), bool)
-        for row, ids in enumerate(encoded):
-            if len(ids) > length:
-                raise ValueError(f"prompt {texts[row]!r} has {len(ids)} tokens, more than {length}")
-            tokens[row, length - len(ids):] = ids
-            valid[row, length - len(ids):] = True
-        return tokens, valid
+        return left_pad(encoded, texts, self.pad_id, length)
 
     # chat
 

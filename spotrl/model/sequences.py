@@ -35,3 +35,16 @@ def encode_completions(tokenizer, texts: list[str], width: int) -> tuple[np.ndar
         tokens[row, : len(ids)] = ids
         lengths[row] = len(ids)
     return tokens, lengths
+
+
+def left_pad(encoded: list[list[int]], texts: list[str], pad_id: int, length: int | None = None):
+    """Token id lists left-padded to `length` (default: the longest): tokens [B, L] and validity mask."""
+    length = length or max(map(len, encoded))
+    tokens = np.full((len(encoded), length), pad_id, np.int32)
+    valid = np.zeros((len(encoded), length), bool)
+    for row, ids in enumerate(encoded):
+        if len(ids) > length:
+            raise ValueError(f"prompt {texts[row]!r} has {len(ids)} tokens, more than {length}")
+        tokens[row, length - len(ids):] = ids
+        valid[row, length - len(ids):] = True
+    return tokens, valid

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from spotrl.model.sequences import left_pad
+
 PAD, EOS, BOS = "<pad>", "<eos>", "<bos>"
 
 
@@ -41,12 +43,4 @@ class CharTokenizer:
     def encode_batch_left_padded(self, texts: list[str], length: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Prompts with BOS, left-padded to `length` (default: the longest): tokens and validity mask."""
         encoded = [self.encode(t, bos=True) for t in texts]
-        length = length or max(map(len, encoded))
-        tokens = np.full((len(texts), length), self.pad_id, np.int32)
-        valid = np.zeros((len(texts), length), bool)
-        for row, ids in enumerate(encoded):
-            if len(ids) > length:
-                raise ValueError(f"prompt {texts[row]!r} has {len(ids)} tokens, more than {length}")
-            tokens[row, length - len(ids):] = ids
-            valid[row, length - len(ids):] = True
-        return tokens, valid
+        return left_pad(encoded, texts, self.pad_id, length)
