@@ -33,7 +33,7 @@ from spotrl.model.rng import derive_key, derive_numpy_rng, next_iteration_stream
 from spotrl.model.rollout import sample_completions
 from spotrl.model.train_step import build_rl_step, build_scoring_fn
 from spotrl.model.warmstart import supervised_warm_start
-from spotrl.rewards.sandbox import SandboxError
+from spotrl.rewards.sandbox import SandboxError, SandboxUnavailable
 from spotrl.rewards.score import score
 from spotrl.storage.rollouts import read_shard, write_shard
 from spotrl.tasks.context import get_context
@@ -45,6 +45,8 @@ def retry_transient(task, task_run, state) -> bool:
     """Retry I/O hiccups (network, storage); never a bug or bad data, which would fail the same way."""
     try:
         state.result()
+    except SandboxUnavailable:  # no isolation possible on this host: retrying cannot help
+        return False
     except (TimeoutError, ConnectionError, SandboxError):  # a sandbox that failed to run is infrastructure
         return True
     except OSError as err:
