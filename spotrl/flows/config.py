@@ -29,6 +29,7 @@ class TaskConfig(_Section):
     eval_size: int = Field(400, gt=0)
     min_digits: int = Field(2, ge=1, le=4)
     max_digits: int = Field(4, ge=1, le=4)
+    verify_workers: int = Field(1, gt=0, description="verifier calls in parallel per reward task (sandboxed code: >1)")
 
     @model_validator(mode="after")
     def _digits(self):

@@ -144,7 +144,8 @@ def rollout(config: RunConfig, run_dir: str, iteration: int, shard: int, weights
 @task(name="reward", **STAGE_OPTIONS)
 def reward(config: RunConfig, run_dir: str, rollouts: dict) -> dict:
     frame = read_shard(rollouts["uri"], rollouts["sha256"])
-    frame["task_reward"] = score(config.task.name, frame["completion"].tolist(), frame["stopped"], frame["answer"].tolist())
+    frame["task_reward"] = score(config.task.name, frame["completion"].tolist(), frame["stopped"], frame["answer"].tolist(),
+                                 workers=config.task.verify_workers)
     frame["reward"] = frame["task_reward"]
     overlong = config.algorithm.overlong
     if overlong.enabled:
