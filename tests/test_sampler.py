@@ -1,11 +1,14 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from flax import nnx
 
 from spotrl.model.config import ModelConfig
 from spotrl.model.losses import token_logprobs
-from spotrl.model.sampler import SamplingParams, filter_logits, generate
+from spotrl.model.compiles import CompileCounter, compile_count, sampler_cache_sizes
+from spotrl.model.rollout import sample_completions
+from spotrl.model.sampler import SamplingParams, filter_logits, generate, generate_groups
 from spotrl.model.transformer import Transformer, forward
 
 STOP = 1
@@ -93,3 +96,101 @@ def test_filter_logits_by_hand():
     # nucleus 0.9: 0.5 + 0.3 = 0.8 < 0.9 -> keep three
     p = filter_logits(logits, top_k=0, top_p=0.9)
     assert (p[0, :3] == logits[0, :3]).all() and p[0, 3] == neg
+
+
+def _group_setup(group_size=3):
+    cfg = ModelConfig(vocab_size=16, hidden_size=32, intermediate_size=48, num_layers=2)
+    model = Transformer(cfg, rngs=nnx.Rngs(2))
+    graphdef, state = nnx.split(model)
+    prompts = np.array([[0, 0, 2, 5, 6, 7], [2, 7, 8, 9, 4, 3], [0, 0, 0, 2, 3, 3]], np.int32)
+    valid = prompts != 0
+    return model, graphdef, state, prompts, valid, group_size
+
+
+def test_shared_prefill_greedy_equals_repeated_prompts():
+    _, graphdef, state, prompts, valid, g = _group_setup()
+    params = SamplingParams(max_new_tokens=7, stop_token=99, temperature=0.0)
+    shared = generate_groups(graphdef, state, prompts, valid, jax.random.key(0), params, g)
+    plain = generate(graphdef, state, np.repeat(prompts, g, 0), np.repeat(valid, g, 0), jax.random.key(0), params)
+    np.testing.assert_array_equal(shared.tokens, plain.tokens)
+    np.testing.assert_array_equal(shared.lengths, plain.lengths)
+    np.testing.assert_allclose(shared.logprobs, plain.logprobs, atol=1e-6)
+
+
+def test_shared_prefill_sampling_equals_repeated_prompts_and_trainer():
+    model, graphdef, state, prompts, valid, g = _group_setup(4)
+    params = SamplingParams(max_new_tokens=6, stop_token=5, temperature=0.9, top_k=8, top_p=0.95)
+    rep_prompts, rep_valid = np.repeat(prompts, g, 0), np.repeat(valid, g, 0)
+    shared = generate_groups(graphdef, state, prompts, valid, jax.random.key(11), params, g)
+    again = generate_groups(graphdef, state, prompts, valid, jax.random.key(11), params, g)
+    plain = generate(graphdef, state, rep_prompts, rep_valid, jax.random.key(11), params)
+    np.testing.assert_array_equal(shared.tokens, again.tokens)  # deterministic from the key
+    # same batch layout and key as the repeated path: the same random draws, the same samples
+    np.testing.assert_array_equal(shared.tokens, plain.tokens)
+    np.testing.assert_array_equal(shared.lengths, plain.lengths)
+    np.testing.assert_allclose(shared.logprobs, plain.logprobs, atol=1e-5)
+    # samples of one group differ (they share the prefill, not the draws)
+    assert len({tuple(t) for t in np.asarray(shared.tokens[:g])}) > 1
+    # and the behaviour logprobs are what the trainer recomputes
+    tokens = np.concatenate([rep_prompts, np.asarray(shared.tokens)], 1)
+    mask = np.concatenate([rep_valid, np.ones_like(shared.tokens, bool)], 1)
+    logits = forward(model, jnp.asarray(tokens), jnp.asarray(mask))[:, prompts.shape[1] - 1 : -1]
+    recomputed = token_logprobs(logits, jnp.asarray(shared.tokens), 0.9)
+    live = np.arange(params.max_new_tokens)[None, :] < np.asarray(shared.lengths)[:, None]
+    np.testing.assert_allclose(np.where(live, shared.logprobs, 0), np.where(live, recomputed, 0), atol=1e-5)
+
+
+class _Tok:
+    """A character tokenizer over '0'..'9' (ids 2..11), BOS 1 = stop, pad 0."""
+
+    pad_id = 0
+
+    def encode_batch_left_padded(self, texts, length=None):
+        encoded = [[1] + [2 + int(c) for c in t] for t in texts]
+        width = length or max(map(len, encoded))
+        tokens = np.zeros((len(texts), width), np.int32)
+        for i, e in enumerate(encoded):
+            tokens[i, width - len(e):] = e
+        return tokens, tokens != 0
+
+    def decode(self, tokens):
+        return "".join(str(int(t) - 2) for t in tokens if t >= 2)
+
+
+@pytest.mark.parametrize("max_chunk_rows", [1024, 6, 4])
+def test_sample_completions_shared_prefill_equals_repeated_path(max_chunk_rows):
+    _, graphdef, state, _, _, _ = _group_setup()
+    prompts = ["12", "3456", "7", "89", "0"]
+    g = 2
+    params = SamplingParams(max_new_tokens=5, stop_token=STOP, temperature=1.0)
+    run = lambda shared: sample_completions(graphdef, state, _Tok(), prompts, g, params, jax.random.key(4),
+                                            max_chunk_rows=max_chunk_rows, shared_prefill=shared)
+    shared, plain = run(True), run(False)
+    assert shared.tokens.shape == (len(prompts) * g, 5)
+    np.testing.assert_array_equal(shared.prompt_tokens, plain.prompt_tokens)
+    np.testing.assert_array_equal(shared.tokens, plain.tokens)
+    np.testing.assert_array_equal(shared.lengths, plain.lengths)
+    np.testing.assert_array_equal(shared.stopped, plain.stopped)
+    np.testing.assert_allclose(shared.logprobs, plain.logprobs, atol=1e-5)
+    assert shared.texts == plain.texts
+    # the default is the shared path
+    default = sample_completions(graphdef, state, _Tok(), prompts, g, params, jax.random.key(4),
+                                 max_chunk_rows=max_chunk_rows)
+    np.testing.assert_array_equal(default.tokens, shared.tokens)
+
+
+def test_compile_counter_counts_sampler_compilations():
+    _, graphdef, state, prompts, valid, g = _group_setup()
+    params = SamplingParams(max_new_tokens=3, stop_token=99, temperature=0.0)
+    counter = CompileCounter()
+    before = sampler_cache_sizes()
+    with counter:
+        generate_groups(graphdef, state, prompts, valid, jax.random.key(0), params, 5)  # new group size: compiles
+    assert counter.count >= 1
+    assert sampler_cache_sizes()["generate_groups"] == before["generate_groups"] + 1
+    with CompileCounter() as steady:
+        generate_groups(graphdef, state, prompts, valid, jax.random.key(1), params, 5)  # same shapes: cached
+    assert steady.count == 0
+    mark = compile_count()
+    generate_groups(graphdef, state, prompts[:2], valid[:2], jax.random.key(1), params, 5)  # new shape
+    assert compile_count() > mark

@@ -7,7 +7,7 @@ import dataclasses
 import jax
 import numpy as np
 
-from spotrl.model.sampler import SamplingParams, generate
+from spotrl.model.sampler import SamplingParams, generate, generate_groups
 
 
 @dataclasses.dataclass
@@ -36,15 +36,36 @@ def sample_completions(
     sampling: SamplingParams,
     key: jax.Array,
     max_chunk_rows: int = 1024,
+    shared_prefill: bool | None = None,
 ) -> Completions:
+    """group_size samples of every prompt, in chunks of at most max_chunk_rows rows.
+
+    shared_prefill (default: on whenever group_size > 1) prefills each prompt once and reuses its
+    KV cache for all samples of its group (`generate_groups`); off, every prompt is repeated
+    group_size times and prefilled per row (`generate`). When max_chunk_rows is a multiple of
+    group_size (or all rows fit one chunk) both paths see the same chunks, batch shapes and keys,
+    so they draw the same random numbers and differ only by floating-point rounding in the prefill.
+    """
+    if shared_prefill is None:
+        shared_prefill = group_size > 1
     rows = [p for p in prompts for _ in range(group_size)]
-    prompt_tokens, prompt_valid = tokenizer.encode_batch_left_padded(rows)
+    prompt_tokens, prompt_valid = tokenizer.encode_batch_left_padded(list(prompts))
+    prompt_tokens = np.repeat(prompt_tokens, group_size, axis=0)
+    prompt_valid = np.repeat(prompt_valid, group_size, axis=0)
     chunk = min(len(rows), max_chunk_rows)
+    if shared_prefill:
+        chunk = max(1, chunk // group_size) * group_size  # whole groups
     parts = []
     for index, start in enumerate(range(0, len(rows), chunk)):
         stop = min(start + chunk, len(rows))
         take = np.arange(start, start + chunk).clip(max=stop - 1)  # pad the last chunk by repetition
-        out = generate(graphdef, state, prompt_tokens[take], prompt_valid[take], jax.random.fold_in(key, index), sampling)
+        chunk_key = jax.random.fold_in(key, index)
+        if shared_prefill:
+            heads = take[::group_size]  # the first row of every group: one per prompt
+            out = generate_groups(graphdef, state, prompt_tokens[heads], prompt_valid[heads], chunk_key, sampling,
+                                  group_size)
+        else:
+            out = generate(graphdef, state, prompt_tokens[take], prompt_valid[take], chunk_key, sampling)
         parts.append(jax.tree.map(lambda x: np.asarray(x)[: stop - start], out))
     tokens = np.concatenate([p.tokens for p in parts])
     lengths = np.concatenate([p.lengths for p in parts])

@@ -2,9 +2,10 @@
 
 Prompts arrive left-padded to a common length P (static), the cache has P + max_new_tokens
 slots, and the decode loop is a `lax.while_loop` that stops as soon as every row has emitted the
-stop token. Returned logprobs are those of the sampled tokens under softmax(logits / temperature)
-before top-k / top-p filtering: the distribution the trainer recomputes, so that on-policy
-importance ratios are 1.
+stop token. `generate_groups` samples several continuations of each prompt from one prefill: the
+prompt's KV cache is computed once and copied to every sample of its group. Returned logprobs are
+those of the sampled tokens under softmax(logits / temperature) before top-k / top-p filtering:
+the distribution the trainer recomputes, so that on-policy importance ratios are 1.
 """
 
 from __future__ import annotations
@@ -65,17 +66,11 @@ def sample_token(key: jax.Array, logits: jax.Array, params: SamplingParams) -> t
     return token.astype(jnp.int32), logprob
 
 
-@partial(jax.jit, static_argnames=("graphdef", "params"))
-def _generate(graphdef, state, prompt_tokens, prompt_valid, key, params: SamplingParams) -> SampleOutput:
-    model = nnx.merge(graphdef, state)
-    batch, prompt_len = prompt_tokens.shape
+def _decode(model, logits, cache, key_valid, next_pos, key, params: SamplingParams, prompt_len: int) -> SampleOutput:
+    """The decode loop after a prefill: logits [B, V] of the last prompt token, a cache of
+    prompt_len + max_new_tokens slots whose first prompt_len are filled, next_pos [B]."""
+    batch = logits.shape[0]
     new = params.max_new_tokens
-    slots = prompt_len + new
-    key_valid = jnp.concatenate([prompt_valid, jnp.ones((batch, new), bool)], axis=1)
-    positions = positions_from_mask(prompt_valid)
-
-    cache = init_cache(model.config, batch, slots)
-    logits, cache = model(prompt_tokens, positions, causal_mask(jnp.arange(prompt_len), key_valid), cache, 0)
 
     def cond(carry):
         i, _, _, done, _, _, _ = carry
@@ -96,10 +91,10 @@ def _generate(graphdef, state, prompt_tokens, prompt_valid, key, params: Samplin
 
     carry = (
         jnp.int32(0),
-        logits[:, -1],
+        logits,
         cache,
         jnp.zeros((batch,), bool),
-        positions[:, -1] + 1,
+        next_pos,
         jnp.full((batch, new), params.pad_token, jnp.int32),
         jnp.zeros((batch, new), jnp.float32),
     )
@@ -108,6 +103,38 @@ def _generate(graphdef, state, prompt_tokens, prompt_valid, key, params: Samplin
     first_stop = jnp.argmax(finished, axis=1)
     lengths = jnp.where(finished.any(axis=1), first_stop + 1, new)
     return SampleOutput(tokens, logprobs, lengths.astype(jnp.int32))
+
+
+def _prefill(model, prompt_tokens, prompt_valid, new: int):
+    """Prefill left-padded prompts [B, P] into a fresh cache of P + new slots.
+
+    Returns the last prompt token's logits [B, V], the cache, the key validity [B, P + new] and
+    the position of the first generated token [B]."""
+    batch, prompt_len = prompt_tokens.shape
+    key_valid = jnp.concatenate([prompt_valid, jnp.ones((batch, new), bool)], axis=1)
+    positions = positions_from_mask(prompt_valid)
+    cache = init_cache(model.config, batch, prompt_len + new)
+    logits, cache = model(prompt_tokens, positions, causal_mask(jnp.arange(prompt_len), key_valid), cache, 0)
+    return logits[:, -1], cache, key_valid, positions[:, -1] + 1
+
+
+@partial(jax.jit, static_argnames=("graphdef", "params"))
+def _generate(graphdef, state, prompt_tokens, prompt_valid, key, params: SamplingParams) -> SampleOutput:
+    model = nnx.merge(graphdef, state)
+    logits, cache, key_valid, next_pos = _prefill(model, prompt_tokens, prompt_valid, params.max_new_tokens)
+    return _decode(model, logits, cache, key_valid, next_pos, key, params, prompt_tokens.shape[1])
+
+
+@partial(jax.jit, static_argnames=("graphdef", "params", "group_size"))
+def _generate_groups(graphdef, state, prompt_tokens, prompt_valid, key, params: SamplingParams,
+                     group_size: int) -> SampleOutput:
+    model = nnx.merge(graphdef, state)
+    logits, cache, key_valid, next_pos = _prefill(model, prompt_tokens, prompt_valid, params.max_new_tokens)
+    # every prompt's prefilled cache, last logits and positions serve all group_size samples of its
+    # group: row r of the batch is sample r % group_size of prompt r // group_size
+    repeat = lambda x: jnp.repeat(x, group_size, axis=0)
+    logits, cache, key_valid, next_pos = jax.tree.map(repeat, (logits, cache, key_valid, next_pos))
+    return _decode(model, logits, cache, key_valid, next_pos, key, params, prompt_tokens.shape[1])
 
 
 def generate(
@@ -120,3 +147,25 @@ def generate(
 ) -> SampleOutput:
     """Sample continuations of left-padded prompts [B, P] (prompt_valid marks real tokens)."""
     return _generate(graphdef, state, jnp.asarray(prompt_tokens, jnp.int32), jnp.asarray(prompt_valid, bool), key, params)
+
+
+def generate_groups(
+    graphdef: nnx.GraphDef,
+    state: nnx.State,
+    prompt_tokens: jax.Array,
+    prompt_valid: jax.Array,
+    key: jax.Array,
+    params: SamplingParams,
+    group_size: int,
+) -> SampleOutput:
+    """group_size samples of each left-padded prompt [U, P], prefilling every prompt once.
+
+    Returns [U * group_size, N] rows, row r a sample of prompt r // group_size: the same rows, and
+    for the same key the same random draws, as `generate` on the prompts repeated group_size times
+    (np.repeat(prompt_tokens, group_size, axis=0)), at the prefill cost of U prompts instead of
+    U * group_size.
+    """
+    if group_size < 1:
+        raise ValueError(f"group_size must be >= 1, got {group_size}")
+    return _generate_groups(graphdef, state, jnp.asarray(prompt_tokens, jnp.int32), jnp.asarray(prompt_valid, bool),
+                            key, params, int(group_size))
