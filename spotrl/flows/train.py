@@ -20,6 +20,7 @@ from spotrl.flows import rundir
 from spotrl.flows.config import RunConfig
 from spotrl.flows.preemption import PreemptionGuard
 from spotrl.flows.resume import eval_due, find_resume_point
+from spotrl.model.compiles import compile_count
 from spotrl.tasks import stages
 from spotrl.tasks.context import get_context
 
@@ -121,7 +122,7 @@ def _run(config: RunConfig, run_path: Path, guard: PreemptionGuard, runner=None)
                 in_flight[j] = _launch(t, config, root, j, published[version], 0, runner)
 
     for iteration in range(start, config.iterations + 1):
-        iteration_started = time.perf_counter()
+        iteration_started, compiles_before = time.perf_counter(), compile_count()
         launch_ready()
         rollouts, scored = _collect(t, config, root, iteration, in_flight.pop(iteration), runner)
         guard.check(f"in iteration {iteration} after its rollouts were scored")
@@ -132,7 +133,7 @@ def _run(config: RunConfig, run_path: Path, guard: PreemptionGuard, runner=None)
         published[weights["version"]] = weights
         launch_ready()  # the next iterations' rollouts start before this iteration's bookkeeping
         metrics = _iteration_metrics(iteration, rollouts, scored, updated, weights,
-                                     time.perf_counter() - iteration_started)
+                                     time.perf_counter() - iteration_started, compile_count() - compiles_before)
         rundir.write_record(run_path, "metrics", iteration, metrics)
         _log(f"iteration {iteration:>4}/{config.iterations}  reward {metrics['reward_mean']:.3f}  "
              f"loss {metrics['loss']:+.4f}  clip {metrics['clip_frac']:.3f}  "
@@ -182,7 +183,7 @@ def _evaluate(t, config: RunConfig, root: str, weights: dict, iteration: int) ->
     return result
 
 
-def _iteration_metrics(iteration, rollouts, scored, updated, weights, seconds) -> dict:
+def _iteration_metrics(iteration, rollouts, scored, updated, weights, seconds, compilations) -> dict:
     rows = sum(s["rows"] for s in scored)
     tokens = sum(r["tokens"] for r in rollouts)
     rounds = {r["round"] for r in rollouts}  # shards of a round run in parallel, rounds one after another
@@ -202,6 +203,8 @@ def _iteration_metrics(iteration, rollouts, scored, updated, weights, seconds) -
         "tokens_per_s": tokens / max(rollout_seconds, 1e-9),
         "seconds": seconds,
         # how the work was executed (varies from run to run, unlike everything above)
+        # (jit compilations in this process during the iteration: 0 in steady state, more after a restart)
         "timing": {"rollout_seconds": rollout_seconds, "update_seconds": updated["update_seconds"],
+                   "compilations": compilations,
                    "rollout_workers": sorted({r.get("worker", "") for r in rollouts})},
     }
