@@ -1,30 +1,30 @@
-"""Rollout shards fanned out over a real local Ray (prefect-ray) give the same run as the thread pool."""
+"""Rollout shards fanned out over a real local Ray (prefect-ray) give the same run as the thread pool.
+
+Each run is a `spotrl train` process of its own, so Ray never starts inside the test process (Ray's
+threads next to JAX's in pytest's long-lived process are what we do not want to share a crash with).
+"""
 
 import os
 
-import pytest
-
-from spotrl.chaos import read_jsonl, strip_timing
-from spotrl.flows.config import build_config
+from spotrl.chaos import read_jsonl, run_attempt, strip_timing
 from spotrl.storage.weights import WeightStore
 from test_algorithms import BASE
 
 
-
-
 def test_ray_fan_out_matches_the_thread_pool(prefect_harness, tmp_path):
-    from spotrl.flows.train import train
+    from prefect.settings import PREFECT_API_URL
 
+    env = {**os.environ, "PREFECT_API_URL": PREFECT_API_URL.value()}
     overrides = BASE + ["iterations=1", "rollout.shards=2", "eval.prompts=8"]
-    runs = {}
+    runs, drivers = {}, {}
     for runner in ("threads", "ray"):
-        config = build_config(None, overrides + [f"rollout.task_runner={runner}"])
-        train(config=config, run_dir=str(tmp_path / runner))
+        attempt = run_attempt(tmp_path / runner, overrides + [f"rollout.task_runner={runner}"], env=env,
+                              on_line=lambda process, line, r=runner: drivers.setdefault(r, process.pid))
+        assert attempt.returncode == 0, attempt.output
         runs[runner] = read_jsonl(tmp_path / runner / "metrics.jsonl")
     digests = {r: WeightStore(tmp_path / r / "weights").verified_digest() for r in runs}
     assert digests["ray"] == digests["threads"]
     assert [strip_timing(m) for m in runs["ray"]] == [strip_timing(m) for m in runs["threads"]]
-    me = f"{os.uname().nodename}:{os.getpid()}"
-    assert all(w == me for m in runs["threads"] for w in m["timing"]["rollout_workers"])
-    ray_workers = {w for m in runs["ray"] for w in m["timing"]["rollout_workers"]}
-    assert ray_workers and me not in ray_workers  # the shards ran in Ray worker processes
+    pids = {r: {int(w.rsplit(":", 1)[1]) for m in runs[r] for w in m["timing"]["rollout_workers"]} for r in runs}
+    assert pids["threads"] == {drivers["threads"]}  # the flow's own process
+    assert pids["ray"] and drivers["ray"] not in pids["ray"]  # the shards ran in Ray worker processes
