@@ -142,6 +142,8 @@ class AlgorithmConfig(_Section):
                                                          "on stale rollouts (rollout.max_staleness >= 1)")
     minibatches: int = Field(4, gt=0)
     epochs: int = Field(1, gt=0)
+    micro_batches: int = Field(1, gt=0, description="gradient accumulation: each minibatch's gradient is "
+                                                    "summed over this many micro-batches (less activation memory)")
 
     @model_validator(mode="before")
     @classmethod
@@ -236,6 +238,9 @@ class RunConfig(_Section):
                 f"algorithm.minibatches ({self.algorithm.minibatches}) must divide the rollout batch "
                 f"(rollout.prompts_per_iteration * rollout.group_size = {batch})"
             )
+        if (batch // self.algorithm.minibatches) % self.algorithm.micro_batches:
+            raise ValueError(f"algorithm.micro_batches ({self.algorithm.micro_batches}) must divide the minibatch "
+                             f"({batch // self.algorithm.minibatches} rows)")
         if self.rollout.shards > self.rollout.prompts_per_iteration:
             raise ValueError(
                 f"rollout.shards ({self.rollout.shards}) > rollout.prompts_per_iteration "

@@ -55,6 +55,10 @@ class ModelConfig(BaseModel):
     tie_embeddings: bool = True
     qkv_bias: bool = False
     dtype: str = Field("float32", pattern="^(float32|bfloat16)$")
+    compute_dtype: str | None = Field(
+        None, pattern="^(float32|bfloat16)$",
+        description="dtype of the matmuls and activations; null: dtype. float32 weights with bfloat16 "
+        "compute is mixed precision (the optimizer updates float32 master weights)")
 
     @model_validator(mode="after")
     def _check_heads(self) -> "ModelConfig":
@@ -72,3 +76,7 @@ class ModelConfig(BaseModel):
     @property
     def resolved_head_dim(self) -> int:
         return self.head_dim or self.hidden_size // self.num_heads
+
+    @property
+    def resolved_compute_dtype(self) -> str:
+        return self.compute_dtype or self.dtype

@@ -38,6 +38,7 @@ import numpy as np
 from flax import nnx
 from pydantic import ValidationError
 
+from spotrl.model import sharding
 from spotrl.model.config import ModelConfig, RopeScaling
 
 CONFIG_FILE = "config.json"
@@ -561,41 +562,21 @@ def load_checkpoint(
 # ---------------------------------------------------------------------------------------------
 # sharding rules
 
-# (regex over our flat path, one mesh axis name or None per dimension). Axis names not in the mesh,
+# The rules live in spotrl/model/sharding.py (one set for loading, training and activations):
+# (regex over our flat path, one logical axis name or None per dimension). Mesh axes not in the mesh,
 # and dimensions the axis size does not divide, are replicated.
-DEFAULT_RULES: tuple[tuple[str, tuple[str | None, ...]], ...] = (
-    (r"embed_tokens\.embedding$", ("tp", "fsdp")),  # [vocab, hidden]
-    (r"lm_head\.kernel$", ("fsdp", "tp")),  # [hidden, vocab]
-    (r"self_attn\.(q|k|v)_proj\.kernel$", ("fsdp", "tp")),  # [hidden, heads*hd]: column parallel
-    (r"self_attn\.(q|k|v)_proj\.bias$", ("tp",)),
-    (r"self_attn\.o_proj\.kernel$", ("tp", "fsdp")),  # [heads*hd, hidden]: row parallel
-    (r"mlp\.(gate|up)_proj\.kernel$", ("fsdp", "tp")),
-    (r"mlp\.down_proj\.kernel$", ("tp", "fsdp")),
-    (r".*", ()),  # norms: replicated
-)
+DEFAULT_RULES = sharding.PARAM_AXES
 
 
 def sharding_rules(mesh: jax.sharding.Mesh, config: ModelConfig, rules=DEFAULT_RULES) -> Callable[[str], Sharding]:
-    """A path -> NamedSharding function for `load_params`: FSDP over axis 'fsdp', tensor parallel over 'tp'.
+    """A path -> NamedSharding function for `load_params`: FSDP over mesh axis 'fsdp', tensor
+    parallel over 'tensor' (see spotrl/model/sharding.py; `sharding.make_mesh` builds the mesh).
 
-    The model's code carries no sharding annotations, so the mesh's axes should be
-    `jax.sharding.AxisType.Auto` (XLA propagates the parameters' shardings through the jitted step).
+    The mesh's axes should be `jax.sharding.AxisType.Auto` (XLA propagates the parameters'
+    shardings through the jitted step).
     """
     shapes = param_shapes(config)
-    P = jax.sharding.PartitionSpec
-
-    def spec_for(path: str) -> jax.sharding.PartitionSpec:
-        shape = shapes[path]
-        for pattern, axes in rules:
-            if re.search(pattern, path):
-                dims = []
-                for size, axis in zip(shape, axes):
-                    ok = axis in mesh.shape and size % mesh.shape[axis] == 0
-                    dims.append(axis if ok else None)
-                return P(*dims)
-        return P()
-
-    return lambda path: jax.sharding.NamedSharding(mesh, spec_for(path))
+    return lambda path: jax.sharding.NamedSharding(mesh, sharding.param_spec(path, shapes[path], mesh, rules))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
+from spotrl.model import sharding
 from spotrl.model.losses import explained_variance, policy_loss, token_logprobs, value_loss
 from spotrl.model.transformer import forward
 
@@ -66,16 +67,39 @@ def token_entropy(logits: jax.Array) -> jax.Array:
     return -(jnp.exp(logp) * logp).sum(-1)
 
 
+# The batch-level count each loss aggregation divides by (see losses.LOSS_AGGREGATIONS): a
+# micro-batch's loss, weighted by its share of that count, adds up to the full batch's loss.
+_AGGREGATION_COUNTS = {
+    "token_mean": lambda mask: mask.sum(),
+    "seq_mean_token_mean": lambda mask: (mask.sum(axis=-1) > 0).sum(),
+    "seq_mean_token_sum_norm": lambda mask: (mask.sum(axis=-1) > 0).sum(),
+}
+
+
 @functools.lru_cache(maxsize=16)
 def build_rl_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation, spec: LossSpec, temperature: float,
-                  critic_graphdef: nnx.GraphDef | None = None, critic_tx: optax.GradientTransformation | None = None):
+                  critic_graphdef: nnx.GraphDef | None = None, critic_tx: optax.GradientTransformation | None = None,
+                  micro_batches: int = 1, mesh: jax.sharding.Mesh | None = None):
     """A jitted `(train_state, batch) -> (train_state, metrics)` step of the loss template.
 
     train_state: {"params", "opt_state"} plus {"critic", "critic_opt_state"} with a critic; it is
     donated. With a shared-trunk critic the value loss also reaches the policy's trunk.
-    """
 
-    def loss_fn(params, critic_params, batch: RLBatch):
+    micro_batches > 1: the batch's rows are split into that many equal micro-batches whose
+    gradients are accumulated (in a `lax.scan`, so only one micro-batch's activations are alive)
+    before the one optimizer update. Each micro-batch's loss is weighted by its share of the
+    whole batch's token (or sequence) count, so the update equals the full-batch update up to
+    float rounding, however unevenly the valid tokens fall (optax.MultiSteps' plain mean of the
+    micro-batch gradients would not be). Metrics are the same weighted sums; explained_variance,
+    which does not decompose, becomes the token-weighted mean of the micro-batches'.
+
+    mesh: trace the step with the activation constraints of spotrl/model/sharding.py on this
+    mesh. The caller places the state (`sharding.shard_tree`) and the batch (`sharding.shard_batch`).
+    """
+    if micro_batches > 1 and spec.aggregation not in _AGGREGATION_COUNTS:
+        raise ValueError(f"micro-batching does not know how to weight aggregation {spec.aggregation!r}")
+
+    def loss_fn(params, critic_params, batch: RLBatch, weights=None):
         model = nnx.merge(graphdef, params)
         completion_len = batch.old_logprobs.shape[1]
         logprobs, logits = completion_logprobs(model, batch.tokens, batch.valid, completion_len, temperature)
@@ -88,19 +112,46 @@ def build_rl_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation, spec
             kl_estimator=spec.kl_estimator, entropy=token_entropy(logits), entropy_coef=spec.entropy_coef,
             behaviour_weights=batch.behaviour_weights,
         )
+        if weights is not None:
+            loss = loss * weights["policy"]
         if critic_graphdef is not None:
             values = completion_values(nnx.merge(critic_graphdef, critic_params), model, batch.tokens, batch.valid,
                                        completion_len)
             v_loss, v_metrics = value_loss(values, batch.old_values, batch.returns, mask, clip=spec.value_clip)
-            loss = loss + spec.value_coef * v_loss
+            weighted_v_loss = v_loss if weights is None else v_loss * weights["tokens"]
+            loss = loss + spec.value_coef * weighted_v_loss
             metrics.update(v_metrics, value_loss=v_loss, explained_variance=explained_variance(values, batch.returns, mask))
         return loss, metrics
+
+    grad_fn = jax.value_and_grad(loss_fn, argnums=(0, 1), has_aux=True)
+
+    def accumulated(params, critic, batch: RLBatch):
+        completion_len = batch.old_logprobs.shape[1]
+        count_policy = _AGGREGATION_COUNTS[spec.aggregation]
+        full_mask = batch.valid[:, -completion_len:]
+        totals = {"policy": jnp.maximum(count_policy(full_mask), 1), "tokens": jnp.maximum(full_mask.sum(), 1)}
+        micro = jax.tree.map(lambda x: x.reshape(micro_batches, x.shape[0] // micro_batches, *x.shape[1:]), batch)
+
+        def one(carry, mb: RLBatch):
+            mask = mb.valid[:, -completion_len:]
+            weights = {"policy": count_policy(mask) / totals["policy"], "tokens": mask.sum() / totals["tokens"]}
+            (loss, metrics), grads = grad_fn(params, critic, mb, weights)
+            metrics = {k: v * weights["policy" if k == "pg_loss" else "tokens"] for k, v in metrics.items()}
+            return jax.tree.map(jnp.add, carry, (loss, metrics, grads)), None
+
+        zeros = jax.tree.map(jnp.zeros_like, jax.eval_shape(grad_fn, params, critic, jax.tree.map(lambda x: x[0], micro),
+                                                             totals))
+        (loss, metrics, grads), _ = jax.lax.scan(one, (zeros[0][0], zeros[0][1], zeros[1]), micro)
+        return (loss, metrics), grads
 
     @functools.partial(jax.jit, donate_argnums=(0,))
     def step(state: dict, batch: RLBatch):
         critic = state.get("critic")
-        (loss, metrics), (grads, critic_grads) = jax.value_and_grad(loss_fn, argnums=(0, 1), has_aux=True)(
-            state["params"], critic, batch)
+        with sharding.activation_mesh(mesh):
+            if micro_batches == 1:
+                (loss, metrics), (grads, critic_grads) = grad_fn(state["params"], critic, batch)
+            else:
+                (loss, metrics), (grads, critic_grads) = accumulated(state["params"], critic, batch)
         updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
         new = {"params": optax.apply_updates(state["params"], updates), "opt_state": opt_state}
         if critic_graphdef is not None:

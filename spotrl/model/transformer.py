@@ -19,6 +19,7 @@ import numpy as np
 from flax import nnx
 
 from spotrl.model.config import ModelConfig, RopeScaling
+from spotrl.model.sharding import constrain
 
 _MASK_VALUE = -1e30
 
@@ -32,7 +33,7 @@ class LayerCache(NamedTuple):
 
 def init_cache(cfg: ModelConfig, batch: int, slots: int) -> list[LayerCache]:
     shape = (batch, slots, cfg.num_kv_heads, cfg.resolved_head_dim)
-    dtype = jnp.dtype(cfg.dtype)
+    dtype = jnp.dtype(cfg.resolved_compute_dtype)
     return [LayerCache(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype)) for _ in range(cfg.num_layers)]
 
 
@@ -81,6 +82,12 @@ def rope(x: jax.Array, positions: jax.Array, theta: float, scaling: RopeScaling 
     return (x32 * cos + rotated * sin).astype(x.dtype)
 
 
+def _dtypes(cfg: ModelConfig) -> tuple[jnp.dtype, jnp.dtype]:
+    """(parameter dtype, compute dtype): nnx.Linear and nnx.Embed cast their weights to the compute
+    dtype inside the call, so gradients reach the parameters in their own dtype (mixed precision)."""
+    return jnp.dtype(cfg.dtype), jnp.dtype(cfg.resolved_compute_dtype)
+
+
 class RMSNorm(nnx.Module):
     def __init__(self, dim: int, eps: float, dtype=jnp.float32):
         self.weight = nnx.Param(jnp.ones((dim,), dtype))
@@ -89,14 +96,15 @@ class RMSNorm(nnx.Module):
     def __call__(self, x: jax.Array) -> jax.Array:
         x32 = x.astype(jnp.float32)
         normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
-        return self.weight[...] * normed.astype(x.dtype)
+        # the weight in the activations' dtype: a float32 master weight must not promote bf16 compute
+        return self.weight[...].astype(x.dtype) * normed.astype(x.dtype)
 
 
 class Attention(nnx.Module):
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
         d, hd = cfg.hidden_size, cfg.resolved_head_dim
-        dtype = jnp.dtype(cfg.dtype)
-        dense = lambda i, o, bias: nnx.Linear(i, o, use_bias=bias, param_dtype=dtype, dtype=dtype, rngs=rngs)
+        dtype, compute = _dtypes(cfg)
+        dense = lambda i, o, bias: nnx.Linear(i, o, use_bias=bias, param_dtype=dtype, dtype=compute, rngs=rngs)
         self.q_proj = dense(d, cfg.num_heads * hd, cfg.qkv_bias)
         self.k_proj = dense(d, cfg.num_kv_heads * hd, cfg.qkv_bias)
         self.v_proj = dense(d, cfg.num_kv_heads * hd, cfg.qkv_bias)
@@ -107,7 +115,8 @@ class Attention(nnx.Module):
 
     def __call__(self, x, positions, mask, cache: LayerCache | None, cache_index):
         b, t, _ = x.shape
-        q = self.q_proj(x).reshape(b, t, self.num_heads, self.head_dim)
+        q = constrain(self.q_proj(x).reshape(b, t, self.num_heads, self.head_dim),
+                      ("act_batch", "act_length", "act_heads", None))
         k = self.k_proj(x).reshape(b, t, self.num_kv_heads, self.head_dim)
         v = self.v_proj(x).reshape(b, t, self.num_kv_heads, self.head_dim)
         q = rope(q, positions, self.rope_theta, self.rope_scaling)
@@ -129,14 +138,15 @@ class MLP(nnx.Module):
     """SwiGLU: down(silu(gate(x)) * up(x))."""
 
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
-        dtype = jnp.dtype(cfg.dtype)
-        dense = lambda i, o: nnx.Linear(i, o, use_bias=False, param_dtype=dtype, dtype=dtype, rngs=rngs)
+        dtype, compute = _dtypes(cfg)
+        dense = lambda i, o: nnx.Linear(i, o, use_bias=False, param_dtype=dtype, dtype=compute, rngs=rngs)
         self.gate_proj = dense(cfg.hidden_size, cfg.intermediate_size)
         self.up_proj = dense(cfg.hidden_size, cfg.intermediate_size)
         self.down_proj = dense(cfg.intermediate_size, cfg.hidden_size)
 
     def __call__(self, x):
-        return self.down_proj(jax.nn.silu(self.gate_proj(x)) * self.up_proj(x))
+        hidden = constrain(jax.nn.silu(self.gate_proj(x)) * self.up_proj(x), ("act_batch", "act_length", "act_mlp"))
+        return self.down_proj(hidden)
 
 
 class DecoderLayer(nnx.Module):
@@ -155,15 +165,15 @@ class DecoderLayer(nnx.Module):
 
 class Transformer(nnx.Module):
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
-        dtype = jnp.dtype(cfg.dtype)
+        dtype, compute = _dtypes(cfg)
         self.config = cfg
-        self.embed_tokens = nnx.Embed(cfg.vocab_size, cfg.hidden_size, param_dtype=dtype, dtype=dtype, rngs=rngs)
+        self.embed_tokens = nnx.Embed(cfg.vocab_size, cfg.hidden_size, param_dtype=dtype, dtype=compute, rngs=rngs)
         self.layers = nnx.List([DecoderLayer(cfg, rngs=rngs) for _ in range(cfg.num_layers)])
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype)
         self.lm_head = (
             None
             if cfg.tie_embeddings
-            else nnx.Linear(cfg.hidden_size, cfg.vocab_size, use_bias=False, param_dtype=dtype, dtype=dtype, rngs=rngs)
+            else nnx.Linear(cfg.hidden_size, cfg.vocab_size, use_bias=False, param_dtype=dtype, dtype=compute, rngs=rngs)
         )
 
     def trunk(
@@ -175,17 +185,19 @@ class Transformer(nnx.Module):
         cache_index: jax.Array | int = 0,
     ) -> tuple[jax.Array, list[LayerCache] | None]:
         """Final normed hidden states [B, T, hidden] and the updated cache (value heads read these)."""
-        x = self.embed_tokens(tokens)
+        residual = ("act_batch", "act_length", "act_embed")
+        x = constrain(self.embed_tokens(tokens), residual)
         new_cache = [] if cache is not None else None
         for i, layer in enumerate(self.layers):
             x, layer_cache = layer(x, positions, mask, None if cache is None else cache[i], cache_index)
+            x = constrain(x, residual)
             if new_cache is not None:
                 new_cache.append(layer_cache)
         return self.norm(x), new_cache
 
     def head(self, x: jax.Array) -> jax.Array:
         logits = self.embed_tokens.attend(x) if self.lm_head is None else self.lm_head(x)
-        return logits.astype(jnp.float32)
+        return constrain(logits.astype(jnp.float32), ("act_batch", "act_length", "act_vocab"))
 
     def __call__(
         self,

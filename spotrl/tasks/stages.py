@@ -194,7 +194,7 @@ def update(config: RunConfig, run_dir: str, iteration: int, previous: dict, scor
         behaviour_weights = np.minimum(np.exp(np.where(real, prox_logprobs - behaviour_logprobs, 0.0)), a.importance_cap)
 
     step_fn = build_rl_step(ctx.policy.graphdef, ctx.optimizer, a.loss_spec(r.max_new_tokens), r.temperature,
-                            ctx.critic_graphdef, ctx.critic_optimizer)
+                            ctx.critic_graphdef, ctx.critic_optimizer, micro_batches=a.micro_batches)
     state, metrics = policy_update(
         step_fn, state, prompt_tokens=prompt_tokens, prompt_valid=prompt_valid, tokens=tokens, lengths=lengths,
         old_logprobs=prox_logprobs, rewards=frame["reward"].to_numpy(), spec=a.advantage_spec(r.group_size),
