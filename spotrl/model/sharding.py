@@ -14,7 +14,8 @@ Layout (the usual FSDP + Megatron tensor parallelism):
   fsdp    the batch is split and every parameter's "embed" dimension too (gathered per layer);
   tensor  attention heads, the MLP's hidden dimension and the vocabulary are split.
 A mesh axis is dropped from a dimension it does not divide, or that an earlier dimension of the
-same array already uses: the array is then replicated along that axis instead.
+same array already uses: the array is then replicated along that axis instead. Axes of size 1
+are dropped too.
 """
 
 from __future__ import annotations
@@ -80,11 +81,14 @@ def logical_spec(names: Iterable[str | None], shape: tuple[int, ...], mesh: jax.
     used: set[str] = set()
     dims = []
     for size, name in zip(shape, tuple(names) + (None,) * (len(shape) - len(tuple(names)))):
-        axes = [a for a in rules.get(name, ()) if a in mesh.shape and a not in used] if name else []
+        # a size-1 axis splits nothing, and XLA hands such arrays back without it (a different jit cache key)
+        axes = [a for a in rules.get(name, ()) if mesh.shape.get(a, 1) > 1 and a not in used] if name else []
         while axes and size % int(np.prod([mesh.shape[a] for a in axes])):
             axes.pop()  # drop the innermost axis until the rest divides the dimension
         used.update(axes)
         dims.append(None if not axes else axes[0] if len(axes) == 1 else tuple(axes))
+    while dims and dims[-1] is None:  # P('fsdp', None) is how XLA returns P('fsdp'): one canonical form
+        dims.pop()
     return P(*dims)
 
 
@@ -101,7 +105,9 @@ def param_spec(path: str, shape: tuple[int, ...], mesh: jax.sharding.Mesh, rules
 
 
 def path_string(key_path) -> str:
-    """'layers.0.self_attn.q_proj.kernel' from a jax key path (dict keys, indices, attributes)."""
+    """'layers.0.self_attn.q_proj.kernel' from a jax key path (dict keys, indices, attributes).
+
+    An nnx.Variable flattens to its `.value`, which is dropped so the path ends with the parameter's name."""
     parts = []
     for key in key_path:
         for attr in ("key", "name", "idx"):
@@ -110,6 +116,8 @@ def path_string(key_path) -> str:
                 break
         else:
             parts.append(str(key))
+    if parts and parts[-1] == "value" and isinstance(key_path[-1], jax.tree_util.GetAttrKey):
+        parts.pop()
     return ".".join(parts)
 
 

@@ -157,6 +157,8 @@ def build_rl_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation, spec
         if critic_graphdef is not None:
             critic_updates, critic_opt_state = critic_tx.update(critic_grads, state["critic_opt_state"], critic)
             new.update(critic=optax.apply_updates(critic, critic_updates), critic_opt_state=critic_opt_state)
+        if mesh is not None:  # left to itself XLA may re-layout the outputs: then no donation, and a retrace
+            new = jax.lax.with_sharding_constraint(new, sharding.tree_shardings(new, mesh))
         return new, dict(metrics, loss=loss, grad_norm=optax.tree.norm(grads))
 
     return step
