@@ -24,45 +24,29 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
-import time
 
 if "--transformers-worker" in sys.argv:
     import torch  # noqa: F401  before jax: torch imported after jax runs several times slower here
 
 import jax
 import numpy as np
+from common import CONFIG, run_child
+from common import time_best as _time
 from flax import nnx
 
 from spotrl.model.compiles import CompileCounter
-from spotrl.model.config import ModelConfig
 from spotrl.model.export import export_checkpoint
 from spotrl.model.sampler import SamplingParams, generate, generate_groups
 from spotrl.model.transformer import Transformer
 
-CONFIG = ModelConfig(vocab_size=512, hidden_size=256, intermediate_size=768, num_layers=4, num_heads=8,
-                     num_kv_heads=2, tie_embeddings=True, qkv_bias=True, dtype="float32", rope_theta=1_000_000.0)
 WORKLOADS = {"a": dict(prompts=16, group=8, prompt_len=64, new=64), "b": dict(prompts=4, group=16, prompt_len=384, new=32)}
 STOP = CONFIG.vocab_size  # never sampled: every row generates exactly `new` tokens
 
 
 def _prompts(w: dict, seed: int) -> np.ndarray:
     return np.random.default_rng(seed).integers(2, CONFIG.vocab_size, size=(w["prompts"], w["prompt_len"]), dtype=np.int32)
-
-
-def _time(fn, repeats: int) -> tuple[float, float]:
-    """(first call seconds, best of `repeats` further calls)."""
-    start = time.perf_counter()
-    fn()
-    first = time.perf_counter() - start
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
-    return first, best
 
 
 def bench_ours(graphdef, state, w: dict, shared: bool, repeats: int) -> dict:
@@ -118,10 +102,7 @@ def bench_transformers(path: str, w: dict, repeats: int) -> dict:
 
 def transformers_in_child(path: str, name: str, repeats: int) -> dict:
     """bench_transformers in a fresh process (no XLA thread pools competing with torch's)."""
-    cmd = [sys.executable, os.path.abspath(__file__), "--transformers-worker", path, "--workload", name,
-           "--repeats", str(repeats)]
-    done = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True)
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return run_child(__file__, "--transformers-worker", path, "--workload", name, "--repeats", str(repeats))
 
 
 def main() -> None:
