@@ -49,7 +49,7 @@ def run_flow(run_dir: str, iterations: int) -> dict:
     result = train(config=_config(iterations), run_dir=run_dir)
     metrics = rundir.read_records(Path(run_dir), "metrics")
     return {"iteration_seconds": [m["seconds"] for m in metrics], "total_seconds": time.perf_counter() - started,
-            "weights_sha256": result["weights_sha256"]}
+            "compilations": [m["timing"]["compilations"] for m in metrics], "weights_sha256": result["weights_sha256"]}
 
 
 def run_loop(run_dir: str, iterations: int) -> dict:
@@ -63,7 +63,7 @@ def run_loop(run_dir: str, iterations: int) -> dict:
     config = _config(iterations)
     run_path = rundir.prepare(run_dir, config)
     root = str(run_path)
-    seconds = []
+    seconds, compilations = [], []
     with rundir.exclusive(run_path):
         data = stages.curate.fn(config, root)
         previous = stages.checkpoint.fn(config, root, stages.warm_start.fn(config, root, data))
@@ -81,10 +81,11 @@ def run_loop(run_dir: str, iterations: int) -> dict:
                                          time.perf_counter() - iteration_started, compile_count() - compiles_before)
             rundir.write_record(run_path, "metrics", iteration, metrics)
             seconds.append(metrics["seconds"])
+            compilations.append(metrics["timing"]["compilations"])
             if eval_due(config, iteration):
                 rundir.write_record(run_path, "eval", iteration, stages.evaluate.fn(config, root, weights, iteration))
     return {"iteration_seconds": seconds, "total_seconds": time.perf_counter() - started,
-            "weights_sha256": weights["sha256"]}
+            "compilations": compilations, "weights_sha256": weights["sha256"]}
 
 
 def main() -> None:
@@ -119,7 +120,8 @@ def main() -> None:
     for m in ("loop", "flow"):
         s = steady[m]
         print(f"  {m}: iteration mean {mean[m]:.3f} s (min {min(s):.3f}, max {max(s):.3f}); "
-              f"process {results[m]['process_seconds']:.1f} s, run {results[m]['total_seconds']:.1f} s")
+              f"process {results[m]['process_seconds']:.1f} s, run {results[m]['total_seconds']:.1f} s; "
+              f"jit compilations per iteration {results[m]['compilations']}")
     print(f"  Prefect overhead per iteration: {mean['flow'] - mean['loop']:+.3f} s = {fraction:.1%} of the flow's "
           f"iteration time; same final weights: {same} ({results['flow']['weights_sha256'][:16]}...)")
     figures = {
@@ -131,6 +133,8 @@ def main() -> None:
         "loop_process_s": round(results["loop"]["process_seconds"], 1),
         "flow_fixed_extra_s": round(results["flow"]["process_seconds"] - results["loop"]["process_seconds"]
                                     - (sum(results["flow"]["iteration_seconds"]) - sum(results["loop"]["iteration_seconds"])), 1),
+        "flow_compilations_per_iteration": results["flow"]["compilations"],
+        "loop_compilations_per_iteration": results["loop"]["compilations"],
         "same_weights": same, "weights_sha256": results["flow"]["weights_sha256"], "iterations": args.iterations,
     }
     print(json.dumps(figures))
