@@ -114,3 +114,15 @@ def test_mixed_precision_keeps_float32_master_weights_and_a_close_loss():
     assert metrics["loss"] != ref["loss"]
     assert metrics["loss"] == pytest.approx(ref["loss"], abs=2e-2)
     assert metrics["entropy"] == pytest.approx(ref["entropy"], rel=1e-2)
+
+
+def test_run_config_takes_micro_batches_that_divide_the_minibatch_and_a_compute_dtype():
+    from spotrl.flows.config import build_config
+
+    config = build_config(None, ["algorithm.micro_batches=4", "model.compute_dtype=bfloat16"])
+    assert config.algorithm.micro_batches == 4 and config.model.resolved_compute_dtype == "bfloat16"
+    assert build_config(None, []).model.resolved_compute_dtype == "float32"
+    with pytest.raises(ValueError, match="algorithm.micro_batches"):  # 64 x 8 rows / 4 minibatches = 128 rows
+        build_config(None, ["algorithm.micro_batches=3"])
+    with pytest.raises(ValueError, match="compute_dtype"):
+        build_config(None, ["model.compute_dtype=float16"])
