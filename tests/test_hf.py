@@ -222,7 +222,7 @@ _MESH_SCRIPT = textwrap.dedent("""
     run = jax.jit(lambda g, s, t, v: forward(nnx.merge(g, s), t, v), static_argnums=0)
 
     cfg, g, single = hf.load_checkpoint(path)
-    mesh = jax.make_mesh((2, 4), ("fsdp", "tensor"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+    mesh = jax.make_mesh((2, 4), ("fsdp", "tp"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
     _, _, sharded = hf.load_checkpoint(path, sharding=hf.sharding_rules(mesh, cfg))
     q = nnx.to_pure_dict(sharded)["layers"][0]["self_attn"]["q_proj"]["kernel"]
     embed = nnx.to_pure_dict(sharded)["embed_tokens"]["embedding"]
@@ -246,7 +246,7 @@ def test_loading_into_an_8_device_mesh_equals_one_device(checkpoints, tmp_path):
                           timeout=240, cwd=Path(__file__).resolve().parents[1])
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert result["q_spec"] == ["fsdp", "tensor"]
+    assert result["q_spec"] == ["fsdp", "tp"]
     assert result["q_shard_shape"] == [result["q_shape"][0] // 2, result["q_shape"][1] // 4]
     assert result["embed_devices"] == 8
     assert result["max_diff"] < 1e-5

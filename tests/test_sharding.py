@@ -22,14 +22,14 @@ def mesh222():
 
 def test_parameters_get_fsdp_on_embed_and_tensor_on_heads_mlp_vocab(mesh222):
     spec = lambda path, shape: sharding.param_spec(path, shape, mesh222)  # noqa: E731
-    assert spec("layers.0.self_attn.q_proj.kernel", (32, 32)) == P("fsdp", "tensor")
-    assert spec("layers.0.self_attn.o_proj.kernel", (32, 32)) == P("tensor", "fsdp")
-    assert spec("layers.1.mlp.down_proj.kernel", (64, 32)) == P("tensor", "fsdp")
-    assert spec("layers.0.self_attn.k_proj.bias", (16,)) == P("tensor")
-    assert spec("embed_tokens.embedding", (16, 32)) == P("tensor", "fsdp")
+    assert spec("layers.0.self_attn.q_proj.kernel", (32, 32)) == P("fsdp", "tp")
+    assert spec("layers.0.self_attn.o_proj.kernel", (32, 32)) == P("tp", "fsdp")
+    assert spec("layers.1.mlp.down_proj.kernel", (64, 32)) == P("tp", "fsdp")
+    assert spec("layers.0.self_attn.k_proj.bias", (16,)) == P("tp")
+    assert spec("embed_tokens.embedding", (16, 32)) == P("tp", "fsdp")
     assert spec("layers.0.input_layernorm.weight", (32,)) == P()
     # an optimizer moment has the parameter's path as its suffix, so it is placed the same way
-    assert spec("opt_state.1.0.mu.layers.0.mlp.up_proj.kernel", (32, 64)) == P("fsdp", "tensor")
+    assert spec("opt_state.1.0.mu.layers.0.mlp.up_proj.kernel", (32, 64)) == P("fsdp", "tp")
     assert spec("opt_state.1.0.count", ()) == P()
 
 
@@ -51,12 +51,19 @@ def test_axes_that_do_not_divide_or_repeat_are_dropped(mesh222):
     assert sharding.logical_spec(("act_batch", "act_length", "act_embed"), (8, 5, 32), mesh222) == P(("data", "fsdp"))
     assert sharding.logical_spec(("act_batch",), (6,), mesh222) == P("data")  # 6 rows: data only
     assert sharding.logical_spec(("embed", "embed"), (4, 4), mesh222) == P("fsdp")  # fsdp used once
-    assert sharding.logical_spec(("vocab", "embed"), (4, 4), mesh222) == P("tensor", "fsdp")
+    assert sharding.logical_spec(("vocab", "embed"), (4, 4), mesh222) == P("tp", "fsdp")
     no_tensor = jax.sharding.AbstractMesh((2, 4), ("data", "fsdp"))
     assert sharding.param_spec("layers.0.mlp.gate_proj.kernel", (32, 64), no_tensor) == P("fsdp")
     data_only = jax.sharding.AbstractMesh((8, 1, 1), sharding.MESH_AXES)  # size-1 axes split nothing
     assert sharding.param_spec("layers.0.mlp.gate_proj.kernel", (32, 64), data_only) == P()
     assert sharding.logical_spec(("act_batch",), (8,), data_only) == P("data")
+
+
+def test_rules_may_name_mesh_axes_directly(mesh222):
+    # `model.sharding_rules` are written in mesh axes: a mesh axis name stands for itself
+    rules = ((r"q_proj\.kernel$", ("tp", "fsdp")), (r".*", ()))
+    assert sharding.param_spec("layers.0.self_attn.q_proj.kernel", (32, 32), mesh222, rules) == P("tp", "fsdp")
+    assert sharding.param_spec("layers.0.mlp.up_proj.kernel", (32, 64), mesh222, rules) == P()
 
 
 def test_constrain_is_the_identity_without_a_mesh():
@@ -127,9 +134,9 @@ def test_sharded_train_step_equals_one_device(tmp_path):
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     for name, r in result.items():
         assert r["max_param_diff"] < 1e-5 and r["loss_diff"] < 1e-5 and r["grad_norm_diff"] < 1e-5, (name, r)
-    # the state stays sharded through the donated step: q [32, 32] over fsdp x tensor, its Adam moment alike
+    # the state stays sharded through the donated step: q [32, 32] over fsdp x tp, its Adam moment alike
     for name in ("2x2x2", "2x2x2_micro2"):
-        assert result[name]["q_spec"] == result[name]["mu_spec"] == ["fsdp", "tensor"], result[name]
+        assert result[name]["q_spec"] == result[name]["mu_spec"] == ["fsdp", "tp"], result[name]
         assert result[name]["q_shard_shape"] == [16, 16] and result[name]["q_devices"] == 8
     assert result["8x1x1"]["q_shard_shape"] == [32, 32]  # pure data parallel: parameters replicated
     assert all(r["compilations"] == 1 for r in result.values()), result

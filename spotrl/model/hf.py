@@ -570,7 +570,7 @@ DEFAULT_RULES = sharding.PARAM_AXES
 
 def sharding_rules(mesh: jax.sharding.Mesh, config: ModelConfig, rules=DEFAULT_RULES) -> Callable[[str], Sharding]:
     """A path -> NamedSharding function for `load_params`: FSDP over mesh axis 'fsdp', tensor
-    parallel over 'tensor' (see spotrl/model/sharding.py; `sharding.make_mesh` builds the mesh).
+    parallel over 'tp' (see spotrl/model/sharding.py). `rules` name logical axes, or mesh axes directly.
 
     The mesh's axes should be `jax.sharding.AxisType.Auto` (XLA propagates the parameters'
     shardings through the jitted step).

@@ -1,4 +1,4 @@
-"""Device mesh (data, fsdp, tensor) and the logical axis rules that place parameters and activations on it.
+"""Device mesh (data, fsdp, tp) and the logical axis rules that place parameters and activations on it.
 
 Code names array dimensions logically ("embed", "heads", "act_batch", ...); `LOGICAL_RULES` maps
 each logical name to mesh axes. Parameters get their logical names from their path
@@ -12,7 +12,8 @@ same program as before.
 Layout (the usual FSDP + Megatron tensor parallelism):
   data    pure data parallelism: the batch is split, parameters are replicated;
   fsdp    the batch is split and every parameter's "embed" dimension too (gathered per layer);
-  tensor  attention heads, the MLP's hidden dimension and the vocabulary are split.
+  tp      tensor parallelism: attention heads, the MLP's hidden dimension and the vocabulary are split
+          (the issue's "tensor" axis; named as `model.mesh` names it).
 A mesh axis is dropped from a dimension it does not divide, or that an earlier dimension of the
 same array already uses: the array is then replicated along that axis instead. Axes of size 1
 are dropped too.
@@ -29,22 +30,22 @@ import jax
 import numpy as np
 
 P = jax.sharding.PartitionSpec
-MESH_AXES = ("data", "fsdp", "tensor")
+MESH_AXES = ("data", "fsdp", "tp")
 
 # logical name -> mesh axes (in order); names not listed are replicated
 LOGICAL_RULES: dict[str, tuple[str, ...]] = {
     # parameters
-    "vocab": ("tensor",),
+    "vocab": ("tp",),
     "embed": ("fsdp",),
-    "heads": ("tensor",),  # heads * head_dim of q, and of k/v (GQA)
-    "mlp": ("tensor",),
+    "heads": ("tp",),  # heads * head_dim of q, and of k/v (GQA)
+    "mlp": ("tp",),
     # activations
     "act_batch": ("data", "fsdp"),
     "act_length": (),
     "act_embed": (),
-    "act_heads": ("tensor",),
-    "act_mlp": ("tensor",),
-    "act_vocab": ("tensor",),
+    "act_heads": ("tp",),
+    "act_mlp": ("tp",),
+    "act_vocab": ("tp",),
 }
 
 # (regex over the flat parameter path, one logical name or None per dimension); first match wins
@@ -60,13 +61,13 @@ PARAM_AXES: tuple[tuple[str, tuple[str | None, ...]], ...] = (
 )
 
 
-def make_mesh(data: int = 1, fsdp: int = 1, tensor: int = 1, devices=None) -> jax.sharding.Mesh:
-    """A (data, fsdp, tensor) mesh over the first data * fsdp * tensor devices.
+def make_mesh(data: int = 1, fsdp: int = 1, tp: int = 1, devices=None) -> jax.sharding.Mesh:
+    """A (data, fsdp, tp) mesh over the first data * fsdp * tp devices.
 
     Axes are `Auto`: the shardings of inputs, parameters and the constraints `constrain` adds
     propagate through the jitted step, so the model's code needs no explicit collectives.
     """
-    shape = (data, fsdp, tensor)
+    shape = (data, fsdp, tp)
     count = int(np.prod(shape))
     devices = jax.devices()[:count] if devices is None else list(devices)
     if len(devices) != count:
@@ -82,7 +83,9 @@ def logical_spec(names: Iterable[str | None], shape: tuple[int, ...], mesh: jax.
     dims = []
     for size, name in zip(shape, tuple(names) + (None,) * (len(shape) - len(tuple(names)))):
         # a size-1 axis splits nothing, and XLA hands such arrays back without it (a different jit cache key)
-        axes = [a for a in rules.get(name, ()) if mesh.shape.get(a, 1) > 1 and a not in used] if name else []
+        # a mesh axis name stands for itself: rules written in mesh axes (`model.sharding_rules`) work too
+        wanted = rules.get(name, (name,) if name in MESH_AXES else ()) if name else ()
+        axes = [a for a in wanted if mesh.shape.get(a, 1) > 1 and a not in used]
         while axes and size % int(np.prod([mesh.shape[a] for a in axes])):
             axes.pop()  # drop the innermost axis until the rest divides the dimension
         used.update(axes)
@@ -100,8 +103,7 @@ def param_logical_axes(path: str, rules=PARAM_AXES) -> tuple[str | None, ...]:
 
 
 def param_spec(path: str, shape: tuple[int, ...], mesh: jax.sharding.Mesh, rules=PARAM_AXES) -> jax.sharding.PartitionSpec:
-    names = param_logical_axes(path, rules)
-    return logical_spec(names, shape, mesh) if len(names) == len(shape) else P()
+    return logical_spec(param_logical_axes(path, rules)[:len(shape)], shape, mesh)
 
 
 def path_string(key_path) -> str:
