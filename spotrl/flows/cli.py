@@ -83,10 +83,11 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as err:  # noqa: BLE001 - the CLI turns known errors into one clear line
         from spotrl.flows.config import ConfigError
         from spotrl.flows.rundir import RunDirError
+        from spotrl.model.hf import CheckpointError as ModelCheckpointError
         from spotrl.storage.checkpoints import CheckpointError
         from spotrl.storage.weights import WeightStoreError
 
-        if isinstance(err, (ConfigError, RunDirError, WeightStoreError, CheckpointError)):
+        if isinstance(err, (ConfigError, RunDirError, WeightStoreError, CheckpointError, ModelCheckpointError)):
             print(f"spotrl: error: {err}", file=sys.stderr)
             return 2
         raise
@@ -96,6 +97,10 @@ def _train(args) -> int:
     from spotrl.flows.config import load_config
 
     config = load_config(args.config, args.overrides)  # bad config fails before Prefect starts
+    if config.model.path:  # so does a bad checkpoint (headers only, no tensor data read)
+        from spotrl.model.pretrained import check_checkpoint
+
+        check_checkpoint(config.model)
     if not args.verbose:
         os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
@@ -167,19 +172,21 @@ def _digest(args) -> int:
 
 def _export(args) -> int:
     from spotrl.flows import rundir
+    from flax import nnx
+
     from spotrl.model.export import export_checkpoint
-    from spotrl.model.hf import CheckpointError
-    from spotrl.model.policy import Policy
+    from spotrl.model.hf import CheckpointError, abstract_model
     from spotrl.model.tokenizer import CharTokenizer
     from spotrl.storage.weights import WeightStore
 
     config = rundir.read_config(args.run_dir)
     store = WeightStore(Path(args.run_dir) / "weights")
     version = store.resolve(args.version)
-    params = store.load(version, Policy(config.model).template())
+    params = store.load(version, nnx.to_pure_dict(abstract_model(config.model)[1]))
+    # a run from a checkpoint keeps its tokenizer files; the built-in model gets the character tokenizer's
+    tokenizer = {"tokenizer_from": config.model.path} if config.model.path else {"tokenizer": CharTokenizer()}
     try:
-        # the built-in tasks use the character tokenizer; its tokenizer.json is written alongside
-        out = export_checkpoint(params, config.model, args.out, dtype=args.dtype, tokenizer=CharTokenizer())
+        out = export_checkpoint(params, config.model, args.out, dtype=args.dtype, **tokenizer)
     except (CheckpointError, FileExistsError, ValueError) as err:
         print(f"spotrl: error: {err}", file=sys.stderr)
         return 2

@@ -84,6 +84,7 @@ def _run(config: RunConfig, run_path: Path, guard: PreemptionGuard, runner=None)
     root = str(run_path)
     _log(f"run directory: {root}  (config {config.digest()})")
     ctx = get_context(root, config)
+    _log(ctx.memory_summary())
     point = find_resume_point(run_path, config, ctx.checkpoints, ctx.weights)
     for note in point.notes:
         _log(f"recovery: {note}")

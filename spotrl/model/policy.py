@@ -14,10 +14,18 @@ from spotrl.model.transformer import Transformer
 
 
 class Policy:
-    def __init__(self, config: ModelConfig, init_seed: int = 0):
+    def __init__(self, config: ModelConfig, init_seed: int = 0, params: dict | None = None):
+        """A randomly initialised policy, or (`params`: a nested pure dict, e.g. from hf.load_params) one
+        whose initial state is those parameters, without materialising a random model first."""
         self.config = config
-        model = Transformer(config, rngs=nnx.Rngs(init_seed))
-        self.graphdef, self.init_state = nnx.split(model)
+        if params is None:
+            model = Transformer(config, rngs=nnx.Rngs(init_seed))
+            self.graphdef, self.init_state = nnx.split(model)
+        else:
+            from spotrl.model.hf import abstract_model
+
+            self.graphdef, self.init_state = abstract_model(config)
+            nnx.replace_by_pure_dict(self.init_state, params)
 
     def to_state(self, params: dict) -> nnx.State:
         state = jax.tree.map(lambda x: x, self.init_state)

@@ -22,9 +22,8 @@ from flax import nnx
 
 from spotrl.curation.store import load_split
 from spotrl.flows.config import RunConfig
-from spotrl.model.policy import Policy
+from spotrl.model.pretrained import build_policy, memory_estimate, memory_summary
 from spotrl.model.sampler import SamplingParams
-from spotrl.model.tokenizer import CharTokenizer
 from spotrl.model.value import Critic
 from spotrl.model.train_step import make_optimizer
 from spotrl.storage.checkpoints import CheckpointStore
@@ -53,8 +52,8 @@ class RunContext:
 
     def __post_init__(self):
         cfg = self.config
-        self.tokenizer = CharTokenizer()
-        self.policy = Policy(cfg.model, init_seed=cfg.seed)
+        # model.path: a Hugging Face checkpoint and its tokenizer, checked before anything loads
+        self.policy, self.tokenizer = build_policy(cfg.model, cfg.seed)
         self.optimizer = make_optimizer(**cfg.optimizer.model_dump())
         value = cfg.algorithm.value
         self.critic_graphdef = self.critic_init_state = self.critic_optimizer = None
@@ -92,7 +91,22 @@ class RunContext:
             temperature=temperature,
             top_k=r.top_k,
             top_p=r.top_p,
+            stop_tokens=self.tokenizer.stop_ids,
         )
+
+    def memory_summary(self) -> str:
+        """The run's memory estimate, for the log at start."""
+        cfg = self.config
+        if cfg.task.name == "arithmetic":  # every prompt of the task has the length of this one
+            from spotrl.curation.arithmetic import prompt_text
+
+            prompt_tokens = self.tokenizer.encode_batch_left_padded([prompt_text(9999, 9999)])[0].shape[1]
+        else:
+            prompt_tokens = 512  # an assumption, said in the summary
+        estimate = memory_estimate(cfg.model, rollout_rows=cfg.rollout.prompts_per_iteration * cfg.rollout.group_size,
+                                   minibatches=cfg.algorithm.minibatches, prompt_tokens=prompt_tokens,
+                                   new_tokens=cfg.rollout.max_new_tokens, reference=cfg.algorithm.kl.coef > 0)
+        return memory_summary(cfg.model, estimate, prompt_tokens)
 
     def initial_train_state(self, params) -> dict:
         """The RL train state around `params`: fresh optimizer, and a fresh critic for PPO (a separate

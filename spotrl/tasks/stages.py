@@ -32,7 +32,7 @@ from spotrl.model.update import policy_update
 from spotrl.model.rng import derive_key, derive_numpy_rng, next_iteration_streams
 from spotrl.model.rollout import sample_completions
 from spotrl.model.train_step import build_rl_step, build_scoring_fn
-from spotrl.model.warmstart import supervised_warm_start
+from spotrl.model.warmstart import pretrained_start, supervised_warm_start
 from spotrl.rewards.sandbox import SandboxError, SandboxUnavailable
 from spotrl.rewards.score import score
 from spotrl.storage.rollouts import read_shard, write_shard
@@ -80,11 +80,15 @@ def warm_start(config: RunConfig, run_dir: str, data: dict) -> dict:
     ctx = get_context(run_dir, config)
     train = ctx.split("train")
     started = time.perf_counter()
-    params, info = supervised_warm_start(
-        ctx.policy, ctx.tokenizer, config.task.name, train["prompt"], train["answer"],
-        [arithmetic.completion_text(a) for a in train["answer"]], config.warmstart,
-        seed=config.seed, max_new_tokens=config.rollout.max_new_tokens,
-    )
+    if config.model.path:  # a pretrained checkpoint is the starting policy (see pretrained_start)
+        params, info = pretrained_start(ctx.policy, ctx.tokenizer, config.task.name, train["prompt"], train["answer"],
+                                        config.warmstart, seed=config.seed, max_new_tokens=config.rollout.max_new_tokens)
+    else:
+        params, info = supervised_warm_start(
+            ctx.policy, ctx.tokenizer, config.task.name, train["prompt"], train["answer"],
+            [arithmetic.completion_text(a) for a in train["answer"]], config.warmstart,
+            seed=config.seed, max_new_tokens=config.rollout.max_new_tokens,
+        )
     state = ctx.initial_train_state(params)
     meta = {"iteration": 0, "seed": config.seed, "data_cursor": 0, "data_sha256": data["sha256"], "optimizer_steps": 0,
             "rollout_weights_versions": [], "rng": next_iteration_streams(config.seed, 0, config.rollout.shards),
