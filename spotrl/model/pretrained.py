@@ -68,11 +68,19 @@ def build_policy(cfg: ModelConfig, seed: int):
 
 
 def memory_estimate(cfg: ModelConfig, *, rollout_rows: int, minibatches: int, prompt_tokens: int,
-                    new_tokens: int, reference: bool) -> dict:
-    """hf.estimate_memory for one optimizer step of a run: rollout_rows / minibatches rows of
-    prompt_tokens + new_tokens, one pulled copy of the weights for sampling (two with a KL reference)."""
-    return hf.estimate_memory(cfg, batch=max(1, rollout_rows // minibatches), seq_len=prompt_tokens + new_tokens,
-                              devices=cfg.mesh.devices, reference_copies=2 if reference else 1, remat=cfg.remat)
+                    new_tokens: int, reference: bool, max_chunk_rows: int = 1024) -> dict:
+    """hf.estimate_memory for a run: activations of one optimizer step (rollout_rows / minibatches rows
+    of prompt_tokens + new_tokens), the KV cache of one sampling chunk (at most max_chunk_rows rows,
+    as sample_completions chunks them), one pulled copy of the weights for sampling (two with a KL
+    reference). Sampling and the update are summed although they run one after the other: a margin."""
+    seq_len = prompt_tokens + new_tokens
+    out = hf.estimate_memory(cfg, batch=max(1, rollout_rows // minibatches), seq_len=seq_len,
+                             devices=cfg.mesh.devices, reference_copies=2 if reference else 1, remat=cfg.remat)
+    out["kv_cache"] = hf.estimate_memory(cfg, batch=min(rollout_rows, max_chunk_rows), seq_len=seq_len,
+                                         training=False)["kv_cache"]
+    out["total"] = sum(v for k, v in out.items() if k not in ("params_count", "total", "per_device"))
+    out["per_device"] = -(-out["total"] // cfg.mesh.devices)
+    return out
 
 
 def memory_summary(cfg: ModelConfig, estimate: dict, prompt_tokens: int) -> str:
