@@ -4,6 +4,7 @@ the sampler's logprobs equal transformers' on the chat-templated prompts; `spotr
 result loads in transformers with the same logits; a bad checkpoint fails before any work."""
 
 import json
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -134,3 +135,61 @@ def test_bad_checkpoint_fails_before_any_work(checkpoint, tmp_path, capsys):
     assert cli_main(["train", "--run-dir", str(run), "--set", f"model.path={bad}"]) == 2
     assert f"{bad / 'tokenizer.json'}: missing file" in capsys.readouterr().err
     assert not run.exists()
+
+
+_MESH_SCRIPT = """
+import json, sys, tempfile
+from pathlib import Path
+import jax, jax.numpy as jnp, numpy as np
+from spotrl.flows.config import build_config
+from spotrl.model.rollout import sample_completions
+from spotrl.model.train_step import RLBatch, build_rl_step
+from spotrl.model.sequences import join
+from spotrl.tasks.context import RunContext
+
+assert jax.device_count() == 8, jax.devices()
+path, overrides = sys.argv[1], json.loads(sys.argv[2])
+out, prompts = {}, ["0012+0345=", "0907+0005=", "0055+0066=", "1234+4321="]
+for name, mesh in (("one", []), ("mesh", ["model.mesh.fsdp=2", "model.mesh.tp=4"])):
+    ctx = RunContext(Path(tempfile.mkdtemp()), build_config(None, overrides + [f"model.path={path}"] + mesh))
+    state = ctx.initial_train_state(jax.tree.map(jnp.copy, ctx.policy.init_state))
+    ctx.checkpoints.save(0, state, {"iteration": 0})
+    ctx.checkpoints.seal(0)
+    restored, _ = ctx.checkpoints.restore(0, ctx.state_template())
+    ctx.weights.publish(0, ctx.policy.to_pure(state["params"]))
+    pulled = ctx.pull(0)
+    q = lambda s: s["layers"][0]["self_attn"]["q_proj"]["kernel"]
+    done = sample_completions(ctx.policy.graphdef, pulled, ctx.tokenizer, prompts, 4, ctx.sampling(1.0), jax.random.key(0))
+    tokens, valid = join(done.prompt_tokens, done.prompt_valid, done.tokens, done.lengths)
+    batch = RLBatch(jnp.asarray(tokens), jnp.asarray(valid), jnp.asarray(done.logprobs),
+                    jnp.asarray(np.linspace(-1, 1, len(tokens)), jnp.float32))
+    step = build_rl_step(ctx.policy.graphdef, ctx.optimizer, ctx.config.algorithm.loss_spec(6), 1.0)
+    updated, metrics = step(restored, batch)
+    out[name] = {"specs": [getattr(q(x).sharding, "spec", None) and list(q(x).sharding.spec) for x in (ctx.policy.init_state, restored["params"], pulled,
+                                                              updated["params"])],
+                 "tokens": done.tokens.tolist(), "loss": float(metrics["loss"]), "ratio": float(metrics["ratio_mean"]),
+                 "q": np.asarray(q(updated["params"])).tolist()}
+print(json.dumps(out))
+"""
+
+
+def test_a_mesh_of_8_devices_trains_like_one(checkpoint, tmp_path):
+    """model.mesh 2 x 4: the loaded, checkpointed, restored, published and pulled parameters all stay
+    sharded, and sampling plus one RL step give what one device gives."""
+    import os
+    import subprocess
+    import sys
+
+    path, _ = checkpoint
+    script = tmp_path / "mesh_run.py"
+    script.write_text(_MESH_SCRIPT)
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu"}
+    proc = subprocess.run([sys.executable, str(script), str(path), json.dumps(OVERRIDES)], capture_output=True,
+                          text=True, env=env, timeout=300, cwd=Path(__file__).resolve().parents[1])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    one, mesh = result["one"], result["mesh"]
+    assert mesh["specs"] == [["fsdp", "tp"]] * 4 and one["specs"] == [None] * 4
+    assert mesh["tokens"] == one["tokens"]
+    assert abs(mesh["ratio"] - 1.0) < 1e-5 and abs(mesh["loss"] - one["loss"]) < 1e-5
+    np.testing.assert_allclose(mesh["q"], one["q"], atol=1e-5)

@@ -117,7 +117,7 @@ class RunContext:
             if "trunk" in critic:
                 nnx.replace_by_pure_dict(critic["trunk"], nnx.to_pure_dict(jax.tree.map(jnp.copy, params)))
             state.update(critic=critic, critic_opt_state=self.critic_optimizer.init(critic))
-        return state
+        return self.policy.place(state)
 
     def state_template(self) -> dict:
         return self.initial_train_state(self.policy.init_state)
