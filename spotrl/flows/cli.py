@@ -171,9 +171,9 @@ def _digest(args) -> int:
 
 
 def _export(args) -> int:
-    from spotrl.flows import rundir
     from flax import nnx
 
+    from spotrl.flows import rundir
     from spotrl.model.export import export_checkpoint
     from spotrl.model.hf import CheckpointError, abstract_model
     from spotrl.model.tokenizer import CharTokenizer

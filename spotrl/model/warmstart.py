@@ -49,9 +49,10 @@ def _check_set(rng, prompts, answers, size: int) -> tuple[list, list]:
     return [prompts[i] for i in check], [answers[i] for i in check]
 
 
-def pretrained_start(policy, tokenizer, task: str, prompts: list[str], answers: list[str], cfg, *, seed: int,
-                     max_new_tokens: int):
-    """The starting point of a run from a pretrained checkpoint: its own parameters, no supervised steps.
+def pretrained_start(policy, tokenizer, task: str, prompts: list[str], answers: list[str], targets: list[str], cfg,
+                     *, seed: int, max_new_tokens: int):
+    """The starting point of a run from a pretrained checkpoint: its own parameters, no supervised steps
+    (`targets`, the reference completions, are not used: the signature is supervised_warm_start's).
 
     The supervised warm start exists because a randomly initialised model never earns a reward, so
     RL would have no signal; a pretrained checkpoint is already the policy to improve, and fitting

@@ -80,15 +80,12 @@ def warm_start(config: RunConfig, run_dir: str, data: dict) -> dict:
     ctx = get_context(run_dir, config)
     train = ctx.split("train")
     started = time.perf_counter()
-    if config.model.path:  # a pretrained checkpoint is the starting policy (see pretrained_start)
-        params, info = pretrained_start(ctx.policy, ctx.tokenizer, config.task.name, train["prompt"], train["answer"],
-                                        config.warmstart, seed=config.seed, max_new_tokens=config.rollout.max_new_tokens)
-    else:
-        params, info = supervised_warm_start(
-            ctx.policy, ctx.tokenizer, config.task.name, train["prompt"], train["answer"],
-            [arithmetic.completion_text(a) for a in train["answer"]], config.warmstart,
-            seed=config.seed, max_new_tokens=config.rollout.max_new_tokens,
-        )
+    start = pretrained_start if config.model.path else supervised_warm_start  # a checkpoint is the starting policy
+    params, info = start(
+        ctx.policy, ctx.tokenizer, config.task.name, train["prompt"], train["answer"],
+        [arithmetic.completion_text(a) for a in train["answer"]], config.warmstart,
+        seed=config.seed, max_new_tokens=config.rollout.max_new_tokens,
+    )
     state = ctx.initial_train_state(params)
     meta = {"iteration": 0, "seed": config.seed, "data_cursor": 0, "data_sha256": data["sha256"], "optimizer_steps": 0,
             "rollout_weights_versions": [], "rng": next_iteration_streams(config.seed, 0, config.rollout.shards),
