@@ -20,6 +20,7 @@ from spotrl.flows import rundir  # noqa: E402
 from spotrl.flows.cli import main as cli_main  # noqa: E402
 from spotrl.flows.config import ConfigError, build_config  # noqa: E402
 from spotrl.model.hf import abstract_model  # noqa: E402
+from spotrl.model.pretrained import load_tokenizer  # noqa: E402
 from spotrl.model.transformer import forward  # noqa: E402
 from spotrl.storage.checkpoints import CheckpointStore  # noqa: E402
 from spotrl.storage.parquet import read_frame  # noqa: E402
@@ -95,6 +96,27 @@ def test_two_iterations_from_the_checkpoint(finished, checkpoint):
         np.testing.assert_allclose(np.asarray(row["logprobs"][:n]), expected, atol=1e-4)
         assert row["stopped"] == (completion[-1] in stop_ids)  # either stop id ends a completion
         assert row["completion"] == auto.decode([t for t in completion if t not in stop_ids], skip_special_tokens=True)
+
+
+def test_rerun_is_all_cache_hits_with_the_same_weights(finished):
+    from spotrl.flows.train import train
+
+    config, run_dir, first = finished
+    second = train(config=config, run_dir=str(run_dir))
+    assert second["weights_sha256"] == first["weights_sha256"] and second["after"] == first["after"]
+
+
+def test_chat_template_is_a_choice(checkpoint):
+    path, _ = checkpoint
+    model = build_config(None, OVERRIDES + [f"model.path={path}"]).model
+    auto = transformers.AutoTokenizer.from_pretrained(path)
+    prompt = "0012+0345="
+    templated = auto.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
+                                         tokenize=False)
+    for choice, expected in ((True, auto(templated)["input_ids"]), (False, auto(prompt)["input_ids"])):
+        tokens, valid = load_tokenizer(model.model_copy(update={"chat_template": choice})).encode_batch_left_padded(
+            [prompt, "1+1="])
+        assert tokens[0][valid[0]].tolist() == expected
 
 
 def test_export_of_the_run_loads_in_transformers(finished, tmp_path):
