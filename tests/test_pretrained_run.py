@@ -60,7 +60,8 @@ def test_config_takes_the_architecture_from_the_checkpoint(checkpoint):
     config = build_config(None, OVERRIDES + [f"model.path={path}"])
     m = config.model
     assert (m.vocab_size, m.qkv_bias, m.tie_embeddings, m.num_heads, m.num_kv_heads) == (320, True, False, 4, 2)
-    assert m.dtype == "float32"  # save_pretrained's dtype; model.dtype=bfloat16 would convert on load
+    assert m.dtype == "float32"  # the config's default, whatever the checkpoint's
+    assert build_config(None, OVERRIDES + [f"model.path={path}", "model.dtype=bfloat16"]).model.dtype == "bfloat16"
     with pytest.raises(ConfigError, match=r"model: .*config.json disagrees.*model.hidden_size: config 48, checkpoint 32"):
         build_config(None, OVERRIDES + [f"model.path={path}", "model.hidden_size=48"])
 

@@ -94,7 +94,8 @@ class ModelConfig(BaseModel):
             return data  # no I/O when nothing is missing: a resolved config re-validates offline
         from spotrl.model.hf import read_config
 
-        found = read_config(data["path"], dtype=data.get("dtype"))
+        # the run's dtype is the config's (default float32) whatever the checkpoint's: a rule with no exception
+        found = read_config(data["path"], dtype=data.get("dtype", cls.model_fields["dtype"].default))
         merged = {**found.model_dump(), **data}
         problems = architecture_mismatches(ModelConfig.model_validate(merged), found)
         if problems:
