@@ -48,3 +48,12 @@ def test_preset_validates_and_fits(name):
     without_remat = estimate_memory(m, batch=rows, seq_len=seq, remat=False)["activations"]
     assert estimate["activations"] < without_remat  # model.remat is what the estimate assumes
     assert f"over {devices}" in memory_summary(m, estimate, 256)
+
+
+def test_sharding_rules_are_checked_at_start():
+    from spotrl.flows.config import ConfigError, build_config
+
+    with pytest.raises(ConfigError, match=r"model: .*'down_proj' names mesh axes \['dp'\]"):
+        build_config({"model": {"sharding_rules": [["down_proj", ["dp", None]]]}})
+    with pytest.raises(ConfigError, match="is not a regular expression"):
+        build_config({"model": {"sharding_rules": [["(", []]]}})

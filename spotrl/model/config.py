@@ -103,6 +103,20 @@ class ModelConfig(BaseModel):
         return merged
 
     @model_validator(mode="after")
+    def _check_rules(self) -> "ModelConfig":
+        import re
+
+        for pattern, axes in self.sharding_rules or ():
+            try:
+                re.compile(pattern)
+            except re.error as err:
+                raise ValueError(f"sharding_rules: {pattern!r} is not a regular expression ({err})") from None
+            unknown = set(axes) - {"fsdp", "tp", None}
+            if unknown:  # an unknown axis would silently replicate the tensor
+                raise ValueError(f"sharding_rules: {pattern!r} names mesh axes {sorted(unknown)} (the mesh has fsdp, tp)")
+        return self
+
+    @model_validator(mode="after")
     def _check_heads(self) -> "ModelConfig":
         if self.num_heads % self.num_kv_heads:
             raise ValueError(
