@@ -170,7 +170,7 @@ def _export(args) -> int:
     from spotrl.model.export import export_checkpoint
     from spotrl.model.hf import CheckpointError
     from spotrl.model.policy import Policy
-    from spotrl.model.tokenizer import CharTokenizer
+    from spotrl.curation import taskspec
     from spotrl.storage.weights import WeightStore
 
     config = rundir.read_config(args.run_dir)
@@ -179,7 +179,7 @@ def _export(args) -> int:
     params = store.load(version, Policy(config.model).template())
     try:
         # the built-in tasks use the character tokenizer; its tokenizer.json is written alongside
-        out = export_checkpoint(params, config.model, args.out, dtype=args.dtype, tokenizer=CharTokenizer())
+        out = export_checkpoint(params, config.model, args.out, dtype=args.dtype, tokenizer=taskspec.tokenizer(config.task.name))
     except (CheckpointError, FileExistsError, ValueError) as err:
         print(f"spotrl: error: {err}", file=sys.stderr)
         return 2

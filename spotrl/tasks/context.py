@@ -20,11 +20,11 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from spotrl.curation import taskspec
 from spotrl.curation.store import load_split
 from spotrl.flows.config import RunConfig
 from spotrl.model.policy import Policy
 from spotrl.model.sampler import SamplingParams
-from spotrl.model.tokenizer import CharTokenizer
 from spotrl.model.value import Critic
 from spotrl.model.train_step import make_optimizer
 from spotrl.storage.checkpoints import CheckpointStore
@@ -53,7 +53,7 @@ class RunContext:
 
     def __post_init__(self):
         cfg = self.config
-        self.tokenizer = CharTokenizer()
+        self.tokenizer = taskspec.tokenizer(cfg.task.name)
         self.policy = Policy(cfg.model, init_seed=cfg.seed)
         self.optimizer = make_optimizer(**cfg.optimizer.model_dump())
         value = cfg.algorithm.value

@@ -1,0 +1,82 @@
+"""Curation as the train flow's curate stage: dataset sources named in the run config become the
+run's data (bad rows in RUN/quarantine.parquet), the stage caches on the content of the sources,
+and difficulty curation filters the prompt stream with estimates persisted in the run directory."""
+
+import json
+
+import pandas as pd
+import pytest
+
+from spotrl.flows.config import ConfigError, build_config
+from spotrl.storage.parquet import read_frame
+
+# Hand-made arithmetic-task source: 11 lines, 3 bad, 1 exact duplicate, 1 contaminated (below).
+LINES = [
+    {"q": "0012+0345=", "a": 357},
+    {"q": "0020+0030=", "a": "50"},
+    {"q": "0100+0200=", "a": "300"},
+    {"q": "0012+0345=", "a": "357"},          # exact duplicate of line 0
+    {"q": "0007+0008=", "t": "assert 1 == 1"},  # tests but no answer: the arithmetic verifier needs one
+    {"q": "12 plus 30=", "a": "42"},           # letters and spaces: not in the task's alphabet
+    None,                                       # not JSON
+    {"q": "0001+0001=", "a": "2"},
+    {"q": "0040+0002=", "a": "42"},
+    {"q": "0099+0001=", "a": "100"},           # also in the held-out eval set: contaminated
+    {"q": "0050+0050=", "a": "100"},
+]
+CSV = "question,result\n0011+0011=,22\n0013+0013=,26\n0014+0014=,28\n0015+0015=,30\n"
+EVAL = '{"prompt": "0099+0001=", "answer": "100"}\n'
+
+
+def write_sources(root):
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "a.jsonl").write_text("".join(("{not json" if x is None else json.dumps(x)) + "\n" for x in LINES))
+    (root / "b.csv").write_text(CSV)
+    (root / "heldout.jsonl").write_text(EVAL)
+    return root
+
+
+def source_overrides(root, eval_size=2):
+    sources = [{"name": "a", "path": str(root / "a.jsonl"), "map": {"q": "prompt", "a": "answer", "t": "tests"}},
+               {"name": "b", "path": str(root / "b.csv"), "map": {"question": "prompt", "result": "answer"}}]
+    return [f"curation.sources={json.dumps(sources)}",
+            f"curation.eval={json.dumps([{'name': 'heldout', 'path': str(root / 'heldout.jsonl')}])}",
+            "curation.ngram=2", f"task.eval_size={eval_size}", f"eval.prompts={eval_size}"]
+
+
+def test_sources_become_the_run_data_with_bad_rows_quarantined(tmp_path, tiny_config):
+    from spotrl.curation.rundata import prepare
+    from spotrl.curation.store import load_split
+
+    config = build_config(tiny_config.model_dump(mode="json"), source_overrides(write_sources(tmp_path / "src")))
+    run = tmp_path / "run"
+    ref = prepare(config, run)
+    # 11 + 4 rows read; lines 4, 5, 6 quarantined; line 3 a duplicate; line 9 contaminated: 10 kept
+    assert ref["curation"] == {"read": 15, "quarantined": 3, "duplicates": {"exact": 1, "normalised": 0},
+                               "contaminated": 1, "not_sampled": 0, "train": 8, "eval": 2}
+    quarantine = read_frame(run / "quarantine.parquet")
+    assert quarantine["row"].tolist() == [4, 5, 6] and set(quarantine["source"]) == {"a"}
+    reasons = quarantine["reason"].tolist()
+    assert reasons[0] == "row 4: field 'answer': missing (the task's verifier needs it)"
+    assert reasons[1].startswith("row 5: field 'prompt': characters not in the task's tokenizer alphabet (' ', 'l'")
+    assert reasons[2].startswith("row 6: line is not valid JSON")
+    assert json.loads(quarantine["record"][0]) == LINES[4]  # nothing of a bad row is lost
+
+    train, held_out = load_split(run / "data", "train"), load_split(run / "data", "eval")
+    rows = {r["prompt"]: r for r in train.to_list() + held_out.to_list()}
+    expected = {x["q"]: str(x["a"]) for i, x in enumerate(LINES) if i in (0, 1, 2, 7, 8, 10)}
+    expected.update({line.split(",")[0]: line.split(",")[1] for line in CSV.splitlines()[1:]})
+    assert {p: r["answer"] for p, r in rows.items()} == expected
+    assert all(r["target"] == r["answer"][::-1] for r in rows.values())  # the warm start's reversed digits
+    assert rows["0012+0345="]["id"] == "a/0" and rows["0011+0011="]["source"] == "b"
+    assert ref["rows"] == {"train": 8, "eval": 2} and ref["sha256"] == json.loads((run / "data/manifest.json").read_text())["sha256"]
+
+
+def test_source_config_errors_name_the_key(tmp_path, tiny_config):
+    base = tiny_config.model_dump(mode="json")
+    with pytest.raises(ConfigError, match="curation.sources.0.weight"):
+        build_config(base, ['curation.sources=[{"name": "a", "path": "x.jsonl", "weight": -1}]'])
+    with pytest.raises(ConfigError, match="task.name 'math' has no built-in prompts"):
+        build_config(base, ["task.name=math"])
+    with pytest.raises(ConfigError, match="model.vocab_size"):
+        build_config(base, ["task.name=code"])
