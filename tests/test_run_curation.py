@@ -80,3 +80,61 @@ def test_source_config_errors_name_the_key(tmp_path, tiny_config):
         build_config(base, ["task.name=math"])
     with pytest.raises(ConfigError, match="model.vocab_size"):
         build_config(base, ["task.name=code"])
+
+
+def test_curate_stage_is_a_cache_hit_until_a_source_file_changes(prefect_harness, tmp_path, tiny_config):
+    from prefect import flow
+
+    from spotrl.tasks import stages
+
+    src = write_sources(tmp_path / "src")
+    config = build_config(tiny_config.model_dump(mode="json"), source_overrides(src))
+    run = tmp_path / "run"
+    curate = stages.curate.with_options(result_storage=run / "prefect-results")
+
+    @flow
+    def curate_once():
+        return curate(config, str(run), return_state=True)
+
+    first, second = curate_once(), curate_once()
+    assert (first.name, second.name) == ("Completed", "Cached")
+    assert second.result() == first.result()
+    with (src / "b.csv").open("a") as f:  # same path, same config: only the content changed
+        f.write("0016+0016=,32\n")
+    third = curate_once()
+    assert third.name == "Completed"
+    assert third.result()["curation"]["read"] == 16 and third.result()["rows"] == {"train": 9, "eval": 2}
+    assert "0016+0016=" in read_frame(run / "data" / "train.parquet")["prompt"].tolist() + \
+        read_frame(run / "data" / "eval.parquet")["prompt"].tolist()
+
+
+def test_difficulty_estimates_filter_the_prompt_stream(prefect_harness, tmp_path, tiny_config):
+    from spotrl.curation.store import load_split
+    from spotrl.flows.train import train
+    from spotrl.storage.rollouts import find_shard
+    from spotrl.tasks import stages
+
+    config = build_config(tiny_config.model_dump(mode="json"), [
+        "task.train_size=40", 'curation.difficulty={"every": 1, "samples": 2, "prompts": 32}'])
+    run = tmp_path / "run"
+    train(config=config, run_dir=str(run))
+    train_ids = load_split(run / "data", "train")["id"]
+    r = config.rollout
+    for iteration in (1, 2):
+        path = run / "difficulty" / f"iter_{iteration:06d}.parquet"
+        estimates = read_frame(path)
+        assert len(estimates) == 32 and set(estimates["version"]) == {iteration - 1}  # sampled with v(i-1)
+        assert (estimates["samples"] == 2).all()
+        assert (estimates["pass_rate"] == estimates["successes"] / 2).all()
+        dropped = set(estimates["id"][(estimates["pass_rate"] == 0) | (estimates["pass_rate"] == 1)])
+        stream = set(train_ids) - dropped
+        assert len(stream) >= r.prompts_per_iteration  # so the filter applies (the 8 unestimated rows at least)
+        sampled = pd.concat([read_frame(find_shard(run / "rollouts", iteration, s, "rollouts")) for s in range(r.shards)])
+        assert set(sampled["prompt_id"]) <= stream and len(sampled) == r.prompts_per_iteration * r.group_size
+    # made again (as after a kill that lost the file): the same bytes
+    path = run / "difficulty" / "iter_000002.parquet"
+    before = path.read_bytes()
+    ref = stages.difficulty.fn(config, str(run), 2, 1)
+    assert path.read_bytes() == before
+    path.unlink()
+    assert stages.difficulty.fn(config, str(run), 2, 1)["sha256"] == ref["sha256"] and path.read_bytes() == before
