@@ -14,6 +14,8 @@ import string
 
 import pandas as pd
 
+from spotrl.model.tokenizer import CharTokenizer
+
 TASKS = ("arithmetic", "math", "code")
 ARITHMETIC_ALPHABET = "0123456789+="
 # Code and math text: printable ASCII with newline and tab (no \r, \v, \f: they carry no meaning
@@ -26,10 +28,24 @@ def alphabet(task: str) -> str:
     return ARITHMETIC_ALPHABET if task == "arithmetic" else TEXT_ALPHABET
 
 
-def tokenizer(task: str):
-    from spotrl.model.tokenizer import CharTokenizer
+PROMPT_BUCKET = 128  # text prompts are left-padded to a multiple of this many tokens
 
-    return CharTokenizer(alphabet(task))
+
+class BucketedCharTokenizer(CharTokenizer):
+    """Text prompts vary in length, and every new padded length is a new shape to jit-compile
+    (sampler, scoring, train step): a few lengths instead of one per batch."""
+
+    def encode_batch_left_padded(self, texts, length=None):
+        if length is None:
+            longest = max(len(t) for t in texts) + 1  # + BOS
+            length = -(-longest // PROMPT_BUCKET) * PROMPT_BUCKET
+        return super().encode_batch_left_padded(texts, length)
+
+
+def tokenizer(task: str) -> CharTokenizer:
+    if task == "arithmetic":  # prompts of one length: nothing to bucket
+        return CharTokenizer(alphabet(task))
+    return BucketedCharTokenizer(alphabet(task))
 
 
 def _target(task: str, answer, metadata) -> str | None:
