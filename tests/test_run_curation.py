@@ -82,6 +82,22 @@ def test_source_config_errors_name_the_key(tmp_path, tiny_config):
         build_config(base, ["task.name=code"])
 
 
+def test_stream_drops_never_and_always_solved_prompts_and_keeps_unestimated_ones():
+    from spotrl.curation.curriculum import estimate_iteration, stream_pool
+
+    estimates = pd.DataFrame({"id": ["a", "b", "c", "e"], "samples": [4] * 4, "successes": [0, 4, 2, 1],
+                              "pass_rate": [0.0, 1.0, 0.5, 0.25], "version": [3] * 4})
+    ids = ["a", "b", "c", "d", "e", "f"]  # a never solved, b always; d and f not estimated
+    rows, counts = stream_pool(ids, estimates, True, True, min_rows=2)
+    assert rows.tolist() == [2, 3, 4, 5]
+    assert counts == {"estimated": 4, "never_solved": 1, "always_solved": 1, "stream_rows": 4}
+    assert stream_pool(ids, estimates, False, True, 2)[0].tolist() == [0, 2, 3, 4, 5]
+    assert stream_pool(ids, estimates, True, False, 2)[0].tolist() == [1, 2, 3, 4, 5]
+    rows, counts = stream_pool(ids, estimates, True, True, min_rows=5)  # too few left for an iteration: all
+    assert rows.tolist() == [0, 1, 2, 3, 4, 5] and counts["filter_skipped"]
+    assert [estimate_iteration(i, 3) for i in range(1, 8)] == [1, 1, 1, 4, 4, 4, 7]
+
+
 def test_curate_stage_is_a_cache_hit_until_a_source_file_changes(prefect_harness, tmp_path, tiny_config):
     from prefect import flow
 

@@ -97,9 +97,20 @@ def stream_pool(train_ids, estimates: pd.DataFrame, drop_never: bool, drop_alway
     return kept["row"].to_numpy(np.int64), counts
 
 
-def stream_rows(train_ids, ref: dict | None, drop_never: bool, drop_always: bool, min_rows: int) -> np.ndarray:
-    """The stream's rows for a difficulty-task reference (None: every row)."""
+def estimate_for_iteration(run_dir, train: pd.DataFrame, iteration: int, version: int, make_sampler, cfg,
+                           seed: int, batch_size: int) -> dict:
+    """Estimate (or find) the pass rates that filter the stream from `iteration` on; returns the
+    reference the rollouts take: file, sha256, versions and the stream's counts."""
+    path = estimate_path(run_dir, iteration)
+    rows = estimated_rows(train, seed, cfg.prompts)
+    estimates, sha256 = estimate(path, rows, make_sampler, cfg.samples, version, batch_size)
+    _, counts = stream_pool(train["id"], estimates, cfg.drop_never, cfg.drop_always, batch_size)
+    return {"uri": str(path), "sha256": sha256, "iteration": iteration, "weights_version": version, **counts}
+
+
+def stream_rows(train, ref: dict | None, cfg, min_rows: int) -> np.ndarray:
+    """The training rows the prompt stream draws from under a difficulty reference (None: all)."""
     if ref is None:
-        return np.arange(len(train_ids))
+        return np.arange(len(train))
     estimates = read_frame(ref["uri"], ref["sha256"])
-    return stream_pool(train_ids, estimates, drop_never, drop_always, min_rows)[0]
+    return stream_pool(train["id"], estimates, cfg.drop_never, cfg.drop_always, min_rows)[0]

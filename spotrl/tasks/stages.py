@@ -98,16 +98,13 @@ def difficulty(config: RunConfig, run_dir: str, iteration: int, weights_version:
     stream from `iteration` on (curation/curriculum.py). Keyed on the version, not on its bytes: a
     version's weights are deterministic, and an old version may be gone when a resumed run asks."""
     ctx = get_context(run_dir, config)
-    d, r = config.curation.difficulty, config.rollout
-    train = ctx.split("train")
-    rows = curriculum.estimated_rows(train.to_pandas(), config.seed, d.prompts)
-    path = curriculum.estimate_path(ctx.run_dir, iteration)
     sampler = lambda: curriculum.policy_sample_rewards(  # noqa: E731 - pulls the weights only when needed
         ctx.policy.graphdef, ctx.pull(weights_version), ctx.tokenizer, config.task.name,
-        ctx.sampling(r.temperature), derive_key(config.seed, "difficulty", weights_version), config.task.verify_workers)
-    estimates, sha256 = curriculum.estimate(path, rows, sampler, d.samples, weights_version, r.prompts_per_iteration)
-    _, counts = curriculum.stream_pool(train["id"], estimates, d.drop_never, d.drop_always, r.prompts_per_iteration)
-    return {"uri": str(path), "sha256": sha256, "iteration": iteration, "weights_version": weights_version, **counts}
+        ctx.sampling(config.rollout.temperature), derive_key(config.seed, "difficulty", weights_version),
+        config.task.verify_workers)
+    return curriculum.estimate_for_iteration(ctx.run_dir, ctx.split("train").to_pandas(), iteration, weights_version,
+                                             sampler, config.curation.difficulty, config.seed,
+                                             config.rollout.prompts_per_iteration)
 
 
 @task(name="rollout", **STAGE_OPTIONS)
@@ -122,7 +119,7 @@ def rollout(config: RunConfig, run_dir: str, iteration: int, shard: int, weights
     ctx = get_context(run_dir, config)
     r, d = config.rollout, config.curation.difficulty
     train = ctx.split("train")
-    pool = curriculum.stream_rows(train["id"], difficulty, d and d.drop_never, d and d.drop_always, r.prompts_per_iteration)
+    pool = curriculum.stream_rows(train, difficulty, d, r.prompts_per_iteration)
     if generation_round == 0:
         rows = pool[batch_indices(config.seed, iteration, r.prompts_per_iteration, len(pool))]
         key = derive_key(config.seed, "rollout", iteration, shard)
