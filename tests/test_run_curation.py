@@ -131,7 +131,7 @@ def test_difficulty_estimates_filter_the_prompt_stream(prefect_harness, tmp_path
     from spotrl.tasks import stages
 
     config = build_config(tiny_config.model_dump(mode="json"), [
-        "task.train_size=40", 'curation.difficulty={"every": 1, "samples": 2, "prompts": 32}'])
+        "task.train_size=40", 'curation.difficulty={"every": 1, "samples": 4, "prompts": 32}'])  # samples = group_size
     run = tmp_path / "run"
     train(config=config, run_dir=str(run))
     train_ids = load_split(run / "data", "train")["id"]
@@ -140,8 +140,8 @@ def test_difficulty_estimates_filter_the_prompt_stream(prefect_harness, tmp_path
         path = run / "difficulty" / f"iter_{iteration:06d}.parquet"
         estimates = read_frame(path)
         assert len(estimates) == 32 and set(estimates["version"]) == {iteration - 1}  # sampled with v(i-1)
-        assert (estimates["samples"] == 2).all()
-        assert (estimates["pass_rate"] == estimates["successes"] / 2).all()
+        assert (estimates["samples"] == 4).all()
+        assert (estimates["pass_rate"] == estimates["successes"] / 4).all()
         dropped = set(estimates["id"][(estimates["pass_rate"] == 0) | (estimates["pass_rate"] == 1)])
         stream = set(train_ids) - dropped
         assert len(stream) >= r.prompts_per_iteration  # so the filter applies (the 8 unestimated rows at least)

@@ -98,13 +98,14 @@ def stream_pool(train_ids, estimates: pd.DataFrame, drop_never: bool, drop_alway
 
 
 def estimate_for_iteration(run_dir, train: pd.DataFrame, iteration: int, version: int, make_sampler, cfg,
-                           seed: int, batch_size: int) -> dict:
-    """Estimate (or find) the pass rates that filter the stream from `iteration` on; returns the
-    reference the rollouts take: file, sha256, versions and the stream's counts."""
+                           seed: int, batch_size: int, min_rows: int) -> dict:
+    """Estimate (or find) the pass rates that filter the stream from `iteration` on, sampling
+    `batch_size` prompts at a time; returns the reference the rollouts take: file, sha256, versions
+    and the stream's counts."""
     path = estimate_path(run_dir, iteration)
     rows = estimated_rows(train, seed, cfg.prompts)
     estimates, sha256 = estimate(path, rows, make_sampler, cfg.samples, version, batch_size)
-    _, counts = stream_pool(train["id"], estimates, cfg.drop_never, cfg.drop_always, batch_size)
+    _, counts = stream_pool(train["id"], estimates, cfg.drop_never, cfg.drop_always, min_rows)
     return {"uri": str(path), "sha256": sha256, "iteration": iteration, "weights_version": version, **counts}
 
 

@@ -102,9 +102,10 @@ def difficulty(config: RunConfig, run_dir: str, iteration: int, weights_version:
         ctx.policy.graphdef, ctx.pull(weights_version), ctx.tokenizer, config.task.name,
         ctx.sampling(config.rollout.temperature), derive_key(config.seed, "difficulty", weights_version),
         config.task.verify_workers)
+    r = config.rollout  # batches of a rollout shard's size: the sampler compiled for rollouts serves
     return curriculum.estimate_for_iteration(ctx.run_dir, ctx.split("train").to_pandas(), iteration, weights_version,
                                              sampler, config.curation.difficulty, config.seed,
-                                             config.rollout.prompts_per_iteration)
+                                             -(-r.prompts_per_iteration // r.shards), r.prompts_per_iteration)
 
 
 @task(name="rollout", **STAGE_OPTIONS)
