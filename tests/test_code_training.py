@@ -44,9 +44,11 @@ def test_code_task_trains_end_to_end_with_sandbox_rewards(prefect_harness, tmp_p
         assert [tests[i] for i in scored["prompt_id"]] == scored["answer"].tolist()  # the verifier got the tests
         assert all(t.startswith("assert ") for t in scored["answer"])
         # each reward is the verdict of a fresh sandbox on that completion (0 for one that never stopped)
-        expected = [sandbox.run(extract_code(c), t).reward if s else 0.0
-                    for c, s, t in zip(scored["completion"], scored["stopped"], scored["answer"])]
-        assert scored["reward"].tolist() == expected
+        stopped = scored["stopped"].to_numpy(bool)
+        jobs = [(extract_code(c), t) for c, t in zip(scored["completion"][stopped], scored["answer"][stopped])]
+        expected = np.zeros(len(scored))
+        expected[stopped] = [result.reward for result in sandbox.run_many(jobs, workers=2)]
+        assert scored["reward"].tolist() == expected.tolist()
 
 
 def _shard(config, run, completions, stopped):
