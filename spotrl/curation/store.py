@@ -18,7 +18,8 @@ SPLITS = ("train", "eval")
 
 def frame_hash(frame: pd.DataFrame) -> str:
     h = hashlib.sha256()
-    for row in frame[["id", "prompt", "answer", "source"]].itertuples(index=False):
+    columns = ["id", "prompt", "answer", "source"] + (["target"] if "target" in frame.columns else [])
+    for row in frame[columns].itertuples(index=False):
         h.update(json.dumps(list(row)).encode())
     return h.hexdigest()
 

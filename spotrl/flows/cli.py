@@ -175,8 +175,8 @@ def _export(args) -> int:
 
     from spotrl.flows import rundir
     from spotrl.model.export import export_checkpoint
+    from spotrl.curation import taskspec
     from spotrl.model.hf import CheckpointError, abstract_model
-    from spotrl.model.tokenizer import CharTokenizer
     from spotrl.storage.weights import WeightStore
 
     config = rundir.read_config(args.run_dir)
@@ -184,7 +184,7 @@ def _export(args) -> int:
     version = store.resolve(args.version)
     params = store.load(version, nnx.to_pure_dict(abstract_model(config.model)[1]))
     # a run from a checkpoint keeps its tokenizer files; the built-in model gets the character tokenizer's
-    tokenizer = {"tokenizer_from": config.model.path} if config.model.path else {"tokenizer": CharTokenizer()}
+    tokenizer = {"tokenizer_from": config.model.path} if config.model.path else {"tokenizer": taskspec.tokenizer(config.task.name)}
     try:
         out = export_checkpoint(params, config.model, args.out, dtype=args.dtype, **tokenizer)
     except (CheckpointError, FileExistsError, ValueError) as err:

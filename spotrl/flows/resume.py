@@ -161,6 +161,9 @@ def seed_from_warm_start(run_dir: Path, config: RunConfig, source_dir: Path) -> 
     run_dir, source_dir = Path(run_dir), Path(source_dir)
     source_config = rundir.read_config(source_dir)
     differing = [k for k in WARM_START_SECTIONS if getattr(source_config, k) != getattr(config, k)]
+    data = lambda c: c.curation.model_copy(update={"difficulty": None})  # noqa: E731 - the sources decide the data
+    if data(source_config) != data(config):
+        differing.append("curation")
     if differing:
         raise rundir.RunDirError(f"{source_dir}: its warm start was made with other {', '.join(differing)} settings")
     if (run_dir / "checkpoints").exists():

@@ -19,10 +19,11 @@ from spotrl.model.policy import Policy
 from spotrl.model.tokenizer import CharTokenizer
 
 
-def load_tokenizer(cfg: ModelConfig):
-    """The checkpoint's HFTokenizer (prompts through its chat template when `cfg.chat_template`), or the CharTokenizer."""
+def load_tokenizer(cfg: ModelConfig, builtin=None):
+    """The checkpoint's HFTokenizer (prompts through its chat template when `cfg.chat_template`), or
+    `builtin` (the task's tokenizer for the built-in model; the CharTokenizer when not given)."""
     if not cfg.path:
-        return CharTokenizer()
+        return builtin or CharTokenizer()
     from spotrl.model.hf_tokenizer import HFTokenizer
 
     tokenizer = HFTokenizer.from_pretrained(cfg.path)
@@ -58,10 +59,11 @@ def mesh_sharding(cfg: ModelConfig):
     return hf.sharding_rules(mesh, cfg, cfg.sharding_rules or hf.DEFAULT_RULES)
 
 
-def build_policy(cfg: ModelConfig, seed: int):
-    """(Policy, tokenizer): a random built-in model with the CharTokenizer, or the checkpoint at `cfg.path`."""
+def build_policy(cfg: ModelConfig, seed: int, builtin_tokenizer=None):
+    """(Policy, tokenizer): a random built-in model with `builtin_tokenizer` (the CharTokenizer when not
+    given), or the checkpoint at `cfg.path` with its own tokenizer."""
     if not cfg.path:
-        return Policy(cfg, init_seed=seed), CharTokenizer()
+        return Policy(cfg, init_seed=seed), builtin_tokenizer or CharTokenizer()
     tokenizer = check_checkpoint(cfg)
     params = hf.load_params(cfg.path, cfg, sharding=mesh_sharding(cfg))
     return Policy(cfg, params=params), tokenizer

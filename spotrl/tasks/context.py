@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from spotrl.curation import taskspec
 from spotrl.curation.store import load_split
 from spotrl.flows.config import RunConfig
 from spotrl.model.pretrained import build_policy, memory_estimate, memory_summary
@@ -52,8 +53,9 @@ class RunContext:
 
     def __post_init__(self):
         cfg = self.config
-        # model.path: a Hugging Face checkpoint and its tokenizer, checked before anything loads
-        self.policy, self.tokenizer = build_policy(cfg.model, cfg.seed)
+        # model.path: a Hugging Face checkpoint and its tokenizer, checked before anything loads;
+        # otherwise the built-in model with its task's character tokenizer
+        self.policy, self.tokenizer = build_policy(cfg.model, cfg.seed, taskspec.tokenizer(cfg.task.name))
         self.optimizer = make_optimizer(**cfg.optimizer.model_dump())
         value = cfg.algorithm.value
         self.critic_graphdef = self.critic_init_state = self.critic_optimizer = None
