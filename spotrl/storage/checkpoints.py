@@ -12,14 +12,13 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import shutil
-from pathlib import Path
 
 import jax
 import orbax.checkpoint as ocp
 
 from spotrl.faults import failpoint
 from spotrl.storage.atomic import atomic_write_json, sha256_file
+from spotrl.storage.paths import AnyPath, RemotePath, as_path, files_under, remove, tensorstore_follows_emulator
 
 _NAME = re.compile(r"^iter_(\d{6})$")
 
@@ -29,15 +28,19 @@ class CheckpointError(RuntimeError):
 
 
 class CheckpointStore:
-    def __init__(self, root: str | Path, keep: int = 3):
-        self.root = Path(root)
+    def __init__(self, root: str | AnyPath, keep: int = 3):
+        # a gs:// root is written by orbax itself (tensorstore's GCS driver; it has no rename there,
+        # so it commits with commit_success.txt, which `committed` checks on either kind of root)
+        self.root = as_path(root)
+        if isinstance(self.root, RemotePath):
+            tensorstore_follows_emulator()
         self.keep = keep
         self._checkpointer = ocp.Checkpointer(ocp.CompositeCheckpointHandler())
 
-    def path(self, iteration: int) -> Path:
+    def path(self, iteration: int) -> AnyPath:
         return self.root / f"iter_{iteration:06d}"
 
-    def seal_path(self, iteration: int) -> Path:
+    def seal_path(self, iteration: int) -> AnyPath:
         return self.root / f"iter_{iteration:06d}.sealed.json"
 
     def committed(self, iteration: int) -> bool:
@@ -49,7 +52,7 @@ class CheckpointStore:
         found = [int(m.group(1)) for p in self.root.iterdir() if (m := _NAME.match(p.name))]
         return sorted(i for i in found if self.seal_path(i).exists())
 
-    def leftovers(self) -> list[Path]:
+    def leftovers(self) -> list[AnyPath]:
         """orbax temporaries of saves that were killed before their commit rename."""
         if not self.root.exists():
             return []
@@ -64,14 +67,14 @@ class CheckpointStore:
         """The JSON metadata of a committed checkpoint, without reading its arrays."""
         return json.loads((self.path(iteration) / "meta" / "metadata").read_text())
 
-    def save(self, iteration: int, state, metadata: dict) -> Path:
+    def save(self, iteration: int, state, metadata: dict) -> AnyPath:
         """Save a pytree of arrays and a JSON-able dict; idempotent for a committed iteration."""
         path = self.path(iteration)
         if not self.committed(iteration):
             self.root.mkdir(parents=True, exist_ok=True)
             failpoint("checkpoint.save", iteration)
             self._checkpointer.save(
-                path,
+                str(path),
                 ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(metadata)),
                 force=True,
             )
@@ -79,7 +82,7 @@ class CheckpointStore:
 
     def _checksums(self, iteration: int) -> dict[str, str]:
         path = self.path(iteration)
-        return {str(f.relative_to(path)): sha256_file(f) for f in sorted(path.rglob("*")) if f.is_file()}
+        return {str(f.relative_to(path)): sha256_file(f) for f in files_under(path)}
 
     def seal(self, iteration: int) -> dict:
         """Record the checksums of a committed checkpoint; returns the seal."""
@@ -107,7 +110,7 @@ class CheckpointStore:
         self.verify(iteration)
         abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, template)
         restored = self._checkpointer.restore(
-            self.path(iteration),
+            str(self.path(iteration)),
             ocp.args.Composite(state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore()),
         )
         # orbax returns containers as plain tuples/dicts: put the template's structure back
@@ -118,7 +121,8 @@ class CheckpointStore:
         """Keep the newest `keep` sealed checkpoints."""
         for iteration in self.sealed_iterations()[: -self.keep]:
             self.seal_path(iteration).unlink(missing_ok=True)
-            shutil.rmtree(self.path(iteration), ignore_errors=True)
+            if self.path(iteration).exists():
+                remove(self.path(iteration))
 
 
 def sha256_file_list(files: dict[str, str]) -> str:
