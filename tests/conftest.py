@@ -157,12 +157,9 @@ def gcs():
     emulator = Path(sys.executable).with_name("gcp-storage-emulator")
     process = subprocess.Popen([str(emulator), "start", "--port", str(port), "--in-memory"],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    saved = {k: os.environ.get(k) for k in ("STORAGE_EMULATOR_HOST", "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT",
-                                            "GOOGLE_AUTH_TOKEN_FOR_TESTING")}
+    saved = {k: os.environ.get(k) for k in ("STORAGE_EMULATOR_HOST", "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT")}
     os.environ["STORAGE_EMULATOR_HOST"] = f"http://127.0.0.1:{port}"
     os.environ["GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"] = "false"  # else each gcsfs call waits out a gRPC timeout
-    # orbax writes gs:// through tensorstore, which otherwise probes for Google credentials first
-    os.environ["GOOGLE_AUTH_TOKEN_FOR_TESTING"] = "emulator"
     try:
         import gcsfs
 

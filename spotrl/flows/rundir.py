@@ -17,7 +17,7 @@ import yaml
 from spotrl.flows.config import ConfigError, RunConfig, config_diff
 from spotrl.storage.atomic import atomic_write_json, atomic_write_text
 from spotrl.storage.lease import LeaseHeld, object_lease
-from spotrl.storage.paths import AnyPath, RemotePath, as_path, check_reachable
+from spotrl.storage.paths import AnyPath, RemotePath, StorageError, as_path, check_reachable
 
 
 class RunDirError(RuntimeError):
@@ -29,8 +29,11 @@ def prepare(run_dir: str | AnyPath, config: RunConfig) -> AnyPath:
 
     A local directory or a URL (gs://bucket/prefix); an unusable store fails here, naming the path.
     """
-    run_dir = as_path(run_dir).resolve()
-    check_reachable(run_dir)
+    try:
+        run_dir = as_path(run_dir).resolve()
+        check_reachable(run_dir)
+    except StorageError as err:
+        raise RunDirError(str(err)) from None
     path = run_dir / "config.yaml"
     if path.exists():
         existing = read_config(run_dir)

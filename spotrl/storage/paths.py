@@ -210,13 +210,20 @@ def check_reachable(path: AnyPath) -> None:
         raise StorageError(f"{path}: bucket gs://{path.bucket} does not exist (create it first)")
 
 
-def tensorstore_follows_emulator() -> None:
-    """Send orbax's gs:// I/O (tensorstore's own GCS client) where gcsfs's goes: gcsfs reads
-    STORAGE_EMULATOR_HOST, tensorstore only TENSORSTORE_GCS_HTTP_URL. Without this, checkpoints of
-    a run on an emulator would go to the real GCS (or fail) while everything else goes to the emulator."""
-    emulator = os.environ.get("STORAGE_EMULATOR_HOST")
-    if emulator:
-        os.environ.setdefault("TENSORSTORE_GCS_HTTP_URL", emulator if "://" in emulator else f"http://{emulator}")
+def upload_tree(local: Path, remote: RemotePath, last: str) -> None:
+    """Copy a local directory to `remote`, the file `last` (a commit marker) after all the others."""
+    files = sorted(f for f in local.rglob("*") if f.is_file())
+    marker = local / last
+    first = [f for f in files if f != marker]
+    remote.fs.put([str(f) for f in first], [f"{remote.key}/{f.relative_to(local).as_posix()}" for f in first])
+    remote.fs.put_file(str(marker), f"{remote.key}/{last}")
+
+
+def download_tree(remote: RemotePath, local: Path) -> None:
+    files = files_under(remote)
+    for f in files:
+        (local / f.relative_to(remote)).parent.mkdir(parents=True, exist_ok=True)
+    remote.fs.get([f.key for f in files], [str(local / f.relative_to(remote)) for f in files])
 
 
 # --- conditional writes (generation preconditions) -------------------------------------------------
