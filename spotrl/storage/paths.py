@@ -24,6 +24,8 @@ from pathlib import Path, PurePosixPath
 from urllib.parse import quote
 
 import fsspec
+import fsspec.asyn
+import fsspec.exceptions
 
 
 class StorageError(RuntimeError):
@@ -198,12 +200,21 @@ def append_line(path: AnyPath, line: str) -> None:
         log.write(line + "\n")
 
 
-def check_reachable(path: AnyPath) -> None:
-    """Fail before any work when a remote run directory cannot be used: no bucket, no network, no access."""
+def check_reachable(path: AnyPath, timeout: float = 20.0) -> None:
+    """Fail before any work when a remote run directory cannot be used: no bucket, no network, no access.
+
+    Bounded: gcsfs retries a refused connection for about a minute before it gives up.
+    """
     if not isinstance(path, RemotePath):
         return
+    fs = path.fs
     try:
-        found = path.fs.exists(path.bucket)
+        if getattr(fs, "async_impl", False):
+            found = fsspec.asyn.sync(fs.loop, fs._exists, path.bucket, timeout=timeout)
+        else:
+            found = fs.exists(path.bucket)
+    except fsspec.exceptions.FSTimeoutError:
+        raise StorageError(f"{path}: storage not reachable: no answer within {timeout:g} s") from None
     except Exception as err:  # noqa: BLE001 - unreachable endpoint, no credentials, no permission
         raise StorageError(f"{path}: storage not reachable: {type(err).__name__}: {err}") from err
     if not found:
