@@ -5,6 +5,8 @@ versions, records, Prefect results) and nothing locally; a resume finds its task
 results on gs:// (cache hits); the weights end bit for bit equal to a local run of the same config.
 """
 
+import contextlib
+import io
 import json
 import os
 import subprocess
@@ -16,8 +18,10 @@ from conftest import TINY_OVERRIDES, make_bucket
 
 from spotrl.chaos import strip_timing
 from spotrl.flows import rundir
+from spotrl.flows.cli import main as cli_main
 from spotrl.flows.config import build_config
 from spotrl.storage.checkpoints import CheckpointError, CheckpointStore
+from spotrl.storage.quarantine import quarantine_log
 from spotrl.storage.paths import RemotePath, generation, put_if_generation
 from spotrl.storage.weights import WeightStore
 from spotrl.tasks.context import get_context
@@ -90,6 +94,16 @@ def test_training_on_gcs_writes_nothing_locally_resumes_and_matches_local(
     remote = WeightStore(f"{run_url}/weights")
     assert remote.verified_digest(2) != remote.verified_digest(0)  # RL moved the weights
     assert remote.verified_digest() == WeightStore(local / "weights").verified_digest()
+
+    # a damaged weight version on gs:// is moved to RUN/quarantine/ there and published again
+    gcs.pipe_file(f"{key}/weights/v000002/model.safetensors", b"bitrot")
+    _train(tiny_config, run_url)
+    assert [entry["path"] for entry in quarantine_log(run_url)] == ["weights/v000002"]
+    assert RemotePath(f"{run_url}/quarantine/weights/v000002/model.safetensors").read_bytes() == b"bitrot"
+    assert remote.verified_digest() == WeightStore(local / "weights").verified_digest()
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        assert cli_main(["digest", "--run-dir", run_url]) == 0
+    assert out.getvalue().strip() == remote.verified_digest()
     assert [strip_timing(m) for m in rundir.read_records(local, "metrics")] == [strip_timing(m) for m in metrics]
 
 

@@ -13,10 +13,6 @@ from spotrl.storage.paths import as_path
 DEFAULT_RUN_DIR = "runs/tiny"
 
 
-def _weights_url(run_dir: str) -> str:
-    return str(as_path(run_dir) / "weights")
-
-
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="spotrl", description="Preemptible RL for LLMs on JAX, orchestrated by Prefect.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -151,7 +147,7 @@ def _eval(args) -> int:
     from spotrl.tasks.stages import evaluate
 
     config = rundir.read_config(args.run_dir)
-    store = WeightStore(_weights_url(args.run_dir))
+    store = WeightStore(as_path(args.run_dir) / "weights")
     version = store.resolve(None)
     ref = {"version": version, "sha256": store.digest(version)}
     result = evaluate.fn(config, str(as_path(args.run_dir).resolve()), ref, version)
@@ -166,7 +162,7 @@ def _eval(args) -> int:
 def _digest(args) -> int:
     from spotrl.storage.weights import WeightStore
 
-    store = WeightStore(_weights_url(args.run_dir))
+    store = WeightStore(as_path(args.run_dir) / "weights")
     print(store.verified_digest())
     return 0
 
@@ -180,7 +176,7 @@ def _export(args) -> int:
     from spotrl.storage.weights import WeightStore
 
     config = rundir.read_config(args.run_dir)
-    store = WeightStore(_weights_url(args.run_dir))
+    store = WeightStore(as_path(args.run_dir) / "weights")
     version = store.resolve(args.version)
     params = store.load(version, Policy(config.model).template())
     try:

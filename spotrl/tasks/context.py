@@ -66,7 +66,7 @@ class RunContext:
         # the reference policy of a KL term is the warm-start policy: weight version 0, kept forever
         self.reference_version = 0 if cfg.algorithm.kl.coef > 0 else None
         pinned = () if self.reference_version is None else (self.reference_version,)
-        self.weights = WeightStore(str(self.run_dir / "weights"), keep=cfg.weights.keep, pinned=pinned)
+        self.weights = WeightStore(self.run_dir / "weights", keep=cfg.weights.keep, pinned=pinned)
         self.checkpoints = CheckpointStore(self.run_dir / "checkpoints", keep=cfg.checkpoint.keep)
         self.train_states = _LRU(2)  # iteration -> {"params", "opt_state"}
         self.pulled = _LRU(2 + cfg.rollout.max_staleness)  # weights version -> nnx.State
