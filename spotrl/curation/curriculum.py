@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from spotrl.storage.paths import as_path
 from spotrl.curation.difficulty import estimate_pass_rates, load_estimates, save_estimates, select_informative
 from spotrl.curation.mixing import derive_rng
 from spotrl.storage.parquet import read_frame
@@ -30,7 +31,7 @@ def estimate_iteration(iteration: int, every: int) -> int:
 
 
 def estimate_path(run_dir: str | Path, iteration: int) -> Path:
-    return Path(run_dir) / "difficulty" / f"iter_{iteration:06d}.parquet"
+    return as_path(run_dir) / "difficulty" / f"iter_{iteration:06d}.parquet"
 
 
 def estimated_rows(train: pd.DataFrame, seed: int, prompts: int | None) -> pd.DataFrame:

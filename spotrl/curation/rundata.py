@@ -15,6 +15,7 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
+from spotrl.storage.paths import as_path
 from spotrl.curation import taskspec
 from spotrl.curation.manifest import load_curated
 from spotrl.curation.pipeline import CurateOptions, curate, inputs_sha256 as pipeline_inputs_sha256
@@ -61,7 +62,7 @@ def cache_key(_task_run_context, inputs: dict) -> str | None:
 
 def prepare(config, run_dir: str | Path) -> dict:
     """Write RUN/data (and, from sources, RUN/curation and RUN/quarantine.parquet); returns a reference."""
-    run_dir = Path(run_dir)
+    run_dir = as_path(run_dir)
     if not config.curation.sources:
         manifest = save_splits(run_dir / "data", taskspec.builtin_splits(config.task, config.seed))
         return {"uri": str(run_dir / "data"), "sha256": manifest["sha256"],

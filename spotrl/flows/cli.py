@@ -8,6 +8,8 @@ import os
 import sys
 from pathlib import Path
 
+from spotrl.storage.paths import as_path
+
 DEFAULT_RUN_DIR = "runs/tiny"
 
 
@@ -17,7 +19,7 @@ def _parser() -> argparse.ArgumentParser:
 
     train = sub.add_parser("train", help="train with RL as a local Prefect flow run (resumes an unfinished run)")
     train.add_argument("--config", help="YAML preset (default: the built-in tiny preset, configs/tiny.yaml)")
-    train.add_argument("--run-dir", default=DEFAULT_RUN_DIR, help=f"run directory (default: {DEFAULT_RUN_DIR})")
+    train.add_argument("--run-dir", default=DEFAULT_RUN_DIR, help=f"run directory, local or gs://bucket/prefix (default: {DEFAULT_RUN_DIR})")
     train.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                        help="override a config key, e.g. --set iterations=10 --set eval.k=4")
     train.add_argument("--verbose", action="store_true", help="show Prefect's own task logs")
@@ -110,7 +112,7 @@ def _train(args) -> int:
     from spotrl.flows.local_server import local_api_server
     from spotrl.flows.preemption import EXIT_PREEMPTED, Preempted
 
-    if args.warm_start_from and not (Path(args.run_dir) / "checkpoints").exists():
+    if args.warm_start_from and not (as_path(args.run_dir) / "checkpoints").exists():
         from spotrl.flows.resume import seed_from_warm_start
 
         seed_from_warm_start(Path(args.run_dir), config, Path(args.warm_start_from))
@@ -150,10 +152,10 @@ def _eval(args) -> int:
     from spotrl.tasks.stages import evaluate
 
     config = rundir.read_config(args.run_dir)
-    store = WeightStore(Path(args.run_dir) / "weights")
+    store = WeightStore(as_path(args.run_dir) / "weights")
     version = store.resolve(None)
     ref = {"version": version, "sha256": store.digest(version)}
-    result = evaluate.fn(config, str(Path(args.run_dir).resolve()), ref, version)
+    result = evaluate.fn(config, str(as_path(args.run_dir).resolve()), ref, version)
     if args.json:
         print(json.dumps(result, sort_keys=True))
     else:
@@ -165,7 +167,7 @@ def _eval(args) -> int:
 def _digest(args) -> int:
     from spotrl.storage.weights import WeightStore
 
-    store = WeightStore(Path(args.run_dir) / "weights")
+    store = WeightStore(as_path(args.run_dir) / "weights")
     print(store.verified_digest())
     return 0
 
@@ -180,7 +182,7 @@ def _export(args) -> int:
     from spotrl.storage.weights import WeightStore
 
     config = rundir.read_config(args.run_dir)
-    store = WeightStore(Path(args.run_dir) / "weights")
+    store = WeightStore(as_path(args.run_dir) / "weights")
     version = store.resolve(args.version)
     params = store.load(version, nnx.to_pure_dict(abstract_model(config.model)[1]))
     # a run from a checkpoint keeps its tokenizer files; the built-in model gets the character tokenizer's

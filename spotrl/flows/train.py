@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import time
-from pathlib import Path
 
 from prefect import flow, unmapped
 
@@ -21,17 +20,19 @@ from spotrl.flows.config import RunConfig
 from spotrl.flows.preemption import PreemptionGuard
 from spotrl.flows.resume import eval_due, find_resume_point
 from spotrl.model.compiles import compile_count
+from spotrl.storage.paths import AnyPath, as_path
+from spotrl.storage.results import result_storage
 from spotrl.tasks import stages
 from spotrl.tasks.context import get_context
 
 
-def _configured(run_dir: Path, refresh: bool = False):
+def _configured(run_dir: AnyPath, refresh: bool = False):
     """The stage tasks with result storage inside this run directory.
 
     `refresh=True` runs them even when a cached result exists: used for the iterations after a
     damaged artifact, whose cached results may point at what was quarantined.
     """
-    storage = run_dir / "prefect-results"
+    storage = result_storage(run_dir / "prefect-results")
     names = ("curate", "warm_start", "rollout", "reward", "update", "checkpoint", "publish", "evaluate", "difficulty")
     return {name: getattr(stages, name).with_options(result_storage=storage, refresh_cache=refresh) for name in names}
 
@@ -80,7 +81,7 @@ def rollout_task_runner(config: RunConfig):
         yield runner
 
 
-def _run(config: RunConfig, run_path: Path, guard: PreemptionGuard, runner=None) -> dict:
+def _run(config: RunConfig, run_path: AnyPath, guard: PreemptionGuard, runner=None) -> dict:
     root = str(run_path)
     _log(f"run directory: {root}  (config {config.digest()})")
     ctx = get_context(root, config)
@@ -196,7 +197,7 @@ def _collect(t, config: RunConfig, root: str, iteration: int, launched, runner=N
 
 def _evaluate(t, config: RunConfig, root: str, weights: dict, iteration: int) -> dict:
     result = t["evaluate"](config, root, weights, iteration)
-    rundir.write_record(Path(root), "eval", iteration, result)
+    rundir.write_record(as_path(root), "eval", iteration, result)
     _log(f"eval after iteration {iteration} (weights v{weights['version']}): "
          f"pass@1 {result['pass_at_1']:.1%}  pass@{result['k']} {result['pass_at_k']:.1%}")
     return result

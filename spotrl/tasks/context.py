@@ -14,7 +14,6 @@ import os
 import socket
 import threading
 from collections import OrderedDict
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -28,6 +27,7 @@ from spotrl.model.sampler import SamplingParams
 from spotrl.model.value import Critic
 from spotrl.model.train_step import make_optimizer
 from spotrl.storage.checkpoints import CheckpointStore
+from spotrl.storage.paths import AnyPath, as_path
 from spotrl.storage.weights import WeightStore
 
 
@@ -48,7 +48,7 @@ class _LRU(OrderedDict):
 
 @dataclasses.dataclass
 class RunContext:
-    run_dir: Path
+    run_dir: AnyPath  # a local Path, or a RemotePath for gs://
     config: RunConfig
 
     def __post_init__(self):
@@ -76,7 +76,7 @@ class RunContext:
         self._splits = {}
 
     @property
-    def data_dir(self) -> Path:
+    def data_dir(self) -> AnyPath:
         return self.run_dir / "data"
 
     def split(self, name: str):
@@ -151,4 +151,4 @@ class RunContext:
 
 @functools.lru_cache(maxsize=4)
 def get_context(run_dir: str, config: RunConfig) -> RunContext:
-    return RunContext(Path(run_dir), config)
+    return RunContext(as_path(run_dir), config)
