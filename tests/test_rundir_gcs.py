@@ -22,7 +22,7 @@ from spotrl.flows.cli import main as cli_main
 from spotrl.flows.config import build_config
 from spotrl.storage.checkpoints import CheckpointError, CheckpointStore
 from spotrl.storage.quarantine import quarantine_log
-from spotrl.storage.paths import RemotePath, generation, put_if_generation
+from spotrl.storage.paths import RemotePath, generation
 from spotrl.storage.weights import WeightStore
 from spotrl.tasks.context import get_context
 
@@ -180,16 +180,3 @@ def test_latest_only_moves_forward_with_two_publishers(bucket):
     latest = RemotePath(f"{root}/LATEST")
     assert generation(latest) > 0 and generation(RemotePath(f"{root}/NOTHING")) == 0
 
-
-def test_conditional_write_refuses_a_stale_generation(bucket):
-    """GCS answers 412 to a write whose generation precondition no longer holds; the LATEST flip and
-    the run lease rely on it. gcp-storage-emulator ignores preconditions (checked here, so this test
-    starts asserting the moment it honours them)."""
-    path = RemotePath(f"{bucket}/cas/object")
-    first = put_if_generation(path, b"1", 0)
-    assert first is not None and generation(path) == first and path.read_bytes() == b"1"
-    stale = put_if_generation(path, b"2", 0)  # "create only" on an object that exists
-    if stale is not None:
-        pytest.skip("gcp-storage-emulator ignores ifGenerationMatch (accepted a stale write)")
-    assert path.read_bytes() == b"1"
-    assert put_if_generation(path, b"3", first) is not None and path.read_bytes() == b"3"
