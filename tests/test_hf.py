@@ -24,23 +24,14 @@ from spotrl.model import hf  # noqa: E402
 from spotrl.model.config import ModelConfig, RopeScaling  # noqa: E402
 from spotrl.model.export import export_checkpoint  # noqa: E402
 from spotrl.model.sampler import SamplingParams, generate  # noqa: E402
-from spotrl.model.transformer import forward, positions_from_mask  # noqa: E402
+from spotrl.model.transformer import forward  # noqa: E402
+from hf_fixtures import randomize, torch_logits  # noqa: E402
 
 VOCAB = 128
 SHAPE = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
              num_attention_heads=4, num_key_value_heads=2)
 LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                "original_max_position_embeddings": 16}
-
-
-def _randomize(model, seed):
-    """Spread every parameter (biases and norms included, which transformers initialises to 0 / 1)."""
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            noise = torch.randn(p.shape, generator=gen)
-            p.copy_(1.0 + 0.1 * noise if "norm" in name else 0.15 * noise)
-    return model.eval()
 
 
 def _build(kind: str):
@@ -65,7 +56,7 @@ def checkpoints(tmp_path_factory):
     out = {}
     for seed, kind in enumerate(KINDS):
         torch.manual_seed(seed)
-        model = _randomize(_build(kind), seed)
+        model = randomize(_build(kind), seed)
         model.save_pretrained(root / kind)
         out[kind] = (root / kind, model)
     return out
@@ -73,15 +64,6 @@ def checkpoints(tmp_path_factory):
 
 def _tokens(batch=2, length=24, seed=0):
     return np.random.default_rng(seed).integers(0, VOCAB, (batch, length)).astype(np.int32)
-
-
-def _torch_logits(model, tokens, valid=None):
-    valid = np.ones(tokens.shape, bool) if valid is None else valid
-    with torch.no_grad():
-        return model(input_ids=torch.tensor(tokens, dtype=torch.long),
-                     attention_mask=torch.tensor(valid, dtype=torch.long),
-                     position_ids=torch.tensor(np.asarray(positions_from_mask(jnp.asarray(valid))), dtype=torch.long),
-                     ).logits.numpy()
 
 
 _forward = jax.jit(lambda graphdef, state, tokens, valid: forward(nnx.merge(graphdef, state), tokens, valid),
@@ -103,7 +85,7 @@ def test_logits_equal_transformers(checkpoints, kind):
     tokens = _tokens()
     valid = np.ones(tokens.shape, bool)
     valid[1, :5] = False  # a left-padded row: positions restart at its first real token
-    ref, ours = _torch_logits(model, tokens, valid), _our_logits(graphdef, state, tokens, valid)
+    ref, ours = torch_logits(model, tokens, valid), _our_logits(graphdef, state, tokens, valid)
     assert np.abs(ref).max() > 1.0  # the comparison is not between two near-zero arrays
     np.testing.assert_allclose(ours[valid], ref[valid], atol=1e-4, rtol=0)
 
@@ -116,7 +98,7 @@ def test_llama3_rope_scaling_matters(checkpoints):
     graphdef, state = hf.abstract_model(plain)
     nnx.replace_by_pure_dict(state, hf.load_params(str(path), plain))
     tokens = _tokens(1, 24, seed=3)
-    assert np.abs(_our_logits(graphdef, state, tokens) - _torch_logits(model, tokens)).max() > 1e-2
+    assert np.abs(_our_logits(graphdef, state, tokens) - torch_logits(model, tokens)).max() > 1e-2
 
 
 @pytest.mark.parametrize("kind", ["qwen2_untied", "llama3"])
@@ -153,7 +135,7 @@ def test_export_round_trips_through_transformers(checkpoints, tmp_path):
     graphdef, state = hf.abstract_model(cfg)
     nnx.replace_by_pure_dict(state, params)
     tokens = _tokens(2, 20, seed=7)
-    np.testing.assert_allclose(_our_logits(graphdef, state, tokens), _torch_logits(reloaded, tokens), atol=1e-4, rtol=0)
+    np.testing.assert_allclose(_our_logits(graphdef, state, tokens), torch_logits(reloaded, tokens), atol=1e-4, rtol=0)
     cfg2, graphdef2, state2 = hf.load_checkpoint(str(out))
     assert cfg2 == cfg
     np.testing.assert_array_equal(_our_logits(graphdef2, state2, tokens), _our_logits(graphdef, state, tokens))
@@ -205,7 +187,7 @@ def test_cli_export_of_the_builtin_model(tmp_path):
         assert hf_tok.decode(tok.encode(text, bos=True, eos=True), skip_special_tokens=True) == text
     tokens, valid = tok.encode_batch_left_padded(prompts)
     ours = _our_logits(policy.graphdef, policy.to_state(params), tokens, valid)
-    np.testing.assert_allclose(ours[valid], _torch_logits(model, tokens, valid)[valid], atol=1e-4, rtol=0)
+    np.testing.assert_allclose(ours[valid], torch_logits(model, tokens, valid)[valid], atol=1e-4, rtol=0)
 
 
 _MESH_SCRIPT = textwrap.dedent("""

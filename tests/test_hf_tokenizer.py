@@ -9,26 +9,11 @@ import pytest
 tokenizers = pytest.importorskip("tokenizers")
 transformers = pytest.importorskip("transformers")
 
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers  # noqa: E402
+from tokenizers import Tokenizer, models, processors  # noqa: E402
 
 from spotrl.model.hf import CheckpointError  # noqa: E402
 from spotrl.model.hf_tokenizer import HFTokenizer  # noqa: E402
-
-CORPUS = [
-    "The quick brown fox jumps over the lazy dog.",
-    "What is 12 + 34? The answer is 46.",
-    "Reinforcement learning of language models on preemptible accelerators.",
-    "Grüße aus Zürich: naïve café, 東京 and emoji 🙂 too.",
-] * 20
-
-# Qwen2.5's template, reduced to its message loop
-CHATML = (
-    "{% for message in messages %}"
-    "{% if loop.first and message['role'] != 'system' %}{{ '<|im_start|>system\\nYou are helpful.<|im_end|>\\n' }}{% endif %}"
-    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
-)
+from hf_fixtures import byte_level_bpe, write_qwen_tokenizer  # noqa: E402
 
 # Llama 3's shape: BOS written by the template, header tokens, trim_blocks-sensitive whitespace
 LLAMA3 = """{{- bos_token }}
@@ -45,29 +30,11 @@ CHAT = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": 
         {"role": "assistant", "content": "46"}, {"role": "user", "content": "And 1 + 1?"}]
 
 
-def _byte_level_bpe(specials):
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=specials, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator(CORPUS, trainer)
-    return tok
-
-
 @pytest.fixture(scope="module")
 def qwen_like(tmp_path_factory):
     """ChatML specials, no BOS, pad <|endoftext|>, two stop ids in generation_config.json."""
     path = tmp_path_factory.mktemp("qwen_tok")
-    tok = _byte_level_bpe(["<|endoftext|>", "<|im_start|>", "<|im_end|>"])
-    tok.save(str(path / "tokenizer.json"))
-    (path / "tokenizer_config.json").write_text(json.dumps({
-        "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": None, "eos_token": "<|im_end|>",
-        "pad_token": "<|endoftext|>", "chat_template": CHATML, "model_max_length": 1024,
-        "clean_up_tokenization_spaces": False}))
-    ids = {t: tok.token_to_id(t) for t in ["<|endoftext|>", "<|im_end|>"]}
-    (path / "generation_config.json").write_text(json.dumps(
-        {"eos_token_id": [ids["<|im_end|>"], ids["<|endoftext|>"]], "pad_token_id": ids["<|endoftext|>"]}))
+    write_qwen_tokenizer(path)
     return path
 
 
@@ -76,7 +43,7 @@ def llama_like(tmp_path_factory):
     """A BOS added by the post-processor, the chat template in chat_template.jinja, no pad token."""
     path = tmp_path_factory.mktemp("llama_tok")
     specials = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
-    tok = _byte_level_bpe(specials)
+    tok = byte_level_bpe(specials)
     bos = tok.token_to_id("<|begin_of_text|>")
     tok.post_processor = processors.Sequence([
         processors.ByteLevel(trim_offsets=False),

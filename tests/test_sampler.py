@@ -72,6 +72,25 @@ def test_stop_token_pads_the_rest_and_sets_lengths():
     assert out.lengths[0] <= 3  # the stop token ends row 0 at the latest where it was put
 
 
+def test_any_of_several_stop_tokens_ends_a_row():
+    """generation_config.json may list several eos ids (<|im_end|> and <|endoftext|>): each one ends a row."""
+    _, graphdef, state, prompts, valid = _setup()
+    greedy = generate(graphdef, state, prompts, valid, jax.random.key(0),
+                      SamplingParams(max_new_tokens=6, stop_token=99, temperature=0.0))
+    greedy = np.asarray(greedy.tokens)
+    first, second = int(greedy[0, 1]), int(greedy[1, 3])  # a stop for row 0's 2nd token, one for row 1's 4th
+    stops = {first, second}
+    out = generate(graphdef, state, prompts, valid, jax.random.key(0),
+                   SamplingParams(max_new_tokens=6, stop_token=first, pad_token=0, temperature=0.0,
+                                  stop_tokens=(second,)))
+    for row in range(3):
+        hits = [i for i, t in enumerate(greedy[row]) if t in stops]
+        expected_len = hits[0] + 1 if hits else 6
+        assert out.lengths[row] == expected_len
+        np.testing.assert_array_equal(np.asarray(out.tokens)[row, :expected_len], greedy[row, :expected_len])
+    assert out.lengths[0] <= 2 and out.lengths[1] <= 4
+
+
 def test_top_k_one_is_greedy_and_sampling_is_deterministic_per_key():
     _, graphdef, state, prompts, valid = _setup()
     greedy = generate(graphdef, state, prompts, valid, jax.random.key(0),

@@ -70,8 +70,12 @@ def _json(value) -> str:
     return json.dumps(value, default=str, sort_keys=True, ensure_ascii=False)
 
 
-def canonicalize(raw: RawSource) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, int]]:
-    """(valid canonical rows, quarantined rows, {problem kind: rows}) of one source."""
+def canonicalize(raw: RawSource, require: str | None = None,
+                 alphabet: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, int]]:
+    """(valid canonical rows, quarantined rows, {problem kind: rows}) of one source.
+
+    For a training task: `require` names the field its verifier needs ("answer" or "tests"), and
+    `alphabet` the characters its tokenizer can encode (prompt, and an answer checked as text)."""
     spec, fields = raw.spec, resolve_mapping(raw)
     used = set(fields.values())
     rows, index = [], []
@@ -90,6 +94,11 @@ def canonicalize(raw: RawSource) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, 
     problems: dict[int, dict[str, str]] = {}
     for row, field, problem, _value in canonical_failures(frame):
         problems.setdefault(int(row), {}).setdefault(field, problem)
+    for row, record in zip(index, rows):
+        if row in problems:  # already quarantined: one reason is enough
+            continue
+        for field, problem in _task_problems(record, require, alphabet):
+            problems.setdefault(row, {}).setdefault(field, problem)
     raw_text = {}
     for row, field, problem, text in raw.errors:
         problems.setdefault(row, {})[field] = problem
@@ -109,3 +118,16 @@ def canonicalize(raw: RawSource) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, 
     good = frame.drop(index=[r for r in problems if r in frame.index]).reset_index(drop=True)
     quarantine = pd.DataFrame(bad, columns=list(QUARANTINE_COLUMNS))
     return good, quarantine, kinds
+
+
+def _task_problems(record: dict, require: str | None, alphabet: str | None):
+    """(field, problem) of a row the task cannot train on: no reference for its verifier, or text its
+    tokenizer cannot encode."""
+    if require and not (isinstance(record[require], str) and record[require].strip()):
+        yield require, "missing (the task's verifier needs it)"
+    if alphabet:
+        for field in ("prompt", "answer") if require == "answer" else ("prompt",):
+            value = record[field]
+            if isinstance(value, str) and (outside := sorted(set(value) - set(alphabet))):
+                shown = ", ".join(repr(c) for c in outside[:5]) + (", ..." if len(outside) > 5 else "")
+                yield field, f"characters not in the task's tokenizer alphabet ({shown})"

@@ -21,6 +21,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
+from spotrl.storage.paths import as_path
 from spotrl.storage.parquet import read_frame, write_frame
 
 ESTIMATE_COLUMNS = ["id", "samples", "successes", "pass_rate", "version"]
@@ -99,7 +100,7 @@ def save_estimates(path: str | Path, estimates: pd.DataFrame) -> str:
 
 def load_estimates(path: str | Path) -> pd.DataFrame:
     """The saved estimates, or none yet."""
-    if not Path(path).exists():
+    if not as_path(path).exists():
         return empty_estimates()
     frame = read_frame(path)
     missing = set(ESTIMATE_COLUMNS) - set(frame.columns)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from spotrl.storage.paths import as_path
 from spotrl.curation.schema import CANONICAL_COLUMNS
 from spotrl.storage.atomic import atomic_write_json
 from spotrl.storage.parquet import CorruptFileError, read_frame, write_frame
@@ -37,7 +38,7 @@ def inputs_hash(sources: list[dict], eval_sources: list[dict], options: dict) ->
 
 def write_curated(out: str | Path, splits: dict[str, pd.DataFrame], quarantine: pd.DataFrame,
                   removed: pd.DataFrame, summary: dict, inputs: dict, inputs_sha256: str) -> dict:
-    out = Path(out)
+    out = as_path(out)
     manifest = {"format": FORMAT, "splits": {}, "inputs_sha256": inputs_sha256, "inputs": inputs}
     for name, frame in splits.items():
         frame = frame[list(CANONICAL_COLUMNS)].astype(object)
@@ -53,7 +54,7 @@ def write_curated(out: str | Path, splits: dict[str, pd.DataFrame], quarantine: 
 
 def read_manifest(out: str | Path) -> dict | None:
     try:
-        return json.loads((Path(out) / "manifest.json").read_text())
+        return json.loads((as_path(out) / "manifest.json").read_text())
     except (FileNotFoundError, ValueError):
         return None
 
@@ -62,10 +63,10 @@ def load_curated(out: str | Path, name: str) -> pd.DataFrame:
     """A split, refused unless its rows hash to what the manifest recorded."""
     manifest = read_manifest(out)
     if manifest is None or manifest.get("format") != FORMAT:
-        raise CorruptFileError(f"{Path(out) / 'manifest.json'}: missing or not a curated-dataset manifest")
+        raise CorruptFileError(f"{as_path(out) / 'manifest.json'}: missing or not a curated-dataset manifest")
     if name not in manifest["splits"]:
         raise KeyError(f"no split {name!r} in {out} (splits: {sorted(manifest['splits'])})")
-    path = Path(out) / f"{name}.parquet"
+    path = as_path(out) / f"{name}.parquet"
     frame = read_frame(path)
     if canonical_hash(frame) != manifest["splits"][name]["sha256"]:
         raise CorruptFileError(f"{path}: rows do not hash to the sha256 recorded in the manifest")

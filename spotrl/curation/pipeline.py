@@ -37,6 +37,8 @@ class CurateOptions:
     eval_size: int | None = None
     total: int | None = None
     weights: dict = field(default_factory=dict)  # source name -> weight; empty: keep every row
+    require: str | None = None  # the field a training task's verifier needs ("answer" or "tests")
+    alphabet: str | None = None  # the characters its tokenizer encodes; rows with others are quarantined
 
 
 def curate(sources: list[SourceSpec], out: str | Path, eval_sources: list[SourceSpec] = (),
@@ -57,7 +59,7 @@ def curate(sources: list[SourceSpec], out: str | Path, eval_sources: list[Source
 
     per_source, goods, quarantines, reasons = {}, [], [], {}
     for raw in raws:
-        good, bad, kinds = canonicalize(raw)
+        good, bad, kinds = canonicalize(raw, options.require, options.alphabet)
         goods.append(good)
         quarantines.append(bad.assign(role="train"))
         for kind, n in kinds.items():

@@ -12,20 +12,22 @@ import pandas as pd
 from spotrl.curation.schema import validate_rows
 from spotrl.storage.atomic import atomic_write_json
 from spotrl.storage.parquet import CorruptFileError, read_frame, write_frame
+from spotrl.storage.paths import as_path
 
 SPLITS = ("train", "eval")
 
 
 def frame_hash(frame: pd.DataFrame) -> str:
     h = hashlib.sha256()
-    for row in frame[["id", "prompt", "answer", "source"]].itertuples(index=False):
+    columns = ["id", "prompt", "answer", "source"] + (["target"] if "target" in frame.columns else [])
+    for row in frame[columns].itertuples(index=False):
         h.update(json.dumps(list(row)).encode())
     return h.hexdigest()
 
 
 def save_splits(root: str | Path, splits: dict[str, datasets.Dataset]) -> dict:
     """Write each split and then the manifest (the commit marker); returns the manifest."""
-    root = Path(root)
+    root = as_path(root)
     manifest = {"splits": {}}
     for name, ds in splits.items():
         frame = ds.to_pandas()
@@ -38,8 +40,8 @@ def save_splits(root: str | Path, splits: dict[str, datasets.Dataset]) -> dict:
 
 def load_split(root: str | Path, name: str) -> datasets.Dataset:
     """A split, refused unless its rows hash to what the manifest recorded (nothing corrupt is read)."""
-    path = Path(root) / f"{name}.parquet"
-    manifest_path = Path(root) / "manifest.json"
+    path = as_path(root) / f"{name}.parquet"
+    manifest_path = as_path(root) / "manifest.json"
     if not manifest_path.exists():
         raise CorruptFileError(f"{manifest_path}: missing; the curated data of this run is incomplete")
     frame = read_frame(path)
@@ -53,10 +55,10 @@ def load_split(root: str | Path, name: str) -> datasets.Dataset:
 def damaged_splits(root: str | Path) -> str | None:
     """Why the curated data under `root` cannot be used, or None when every split verifies."""
     try:
-        for name in json.loads((Path(root) / "manifest.json").read_text())["splits"]:
+        for name in json.loads((as_path(root) / "manifest.json").read_text())["splits"]:
             load_split(root, name)
     except FileNotFoundError as err:
-        return f"missing file: {err.filename}"
+        return f"missing file: {err.filename or err}"
     except Exception as err:  # noqa: BLE001 - any unreadable or mismatching split makes the data unusable
         return str(err)
     return None

@@ -8,6 +8,8 @@ import os
 import sys
 from pathlib import Path
 
+from spotrl.storage.paths import as_path
+
 DEFAULT_RUN_DIR = "runs/tiny"
 
 
@@ -17,7 +19,7 @@ def _parser() -> argparse.ArgumentParser:
 
     train = sub.add_parser("train", help="train with RL as a local Prefect flow run (resumes an unfinished run)")
     train.add_argument("--config", help="YAML preset (default: the built-in tiny preset, configs/tiny.yaml)")
-    train.add_argument("--run-dir", default=DEFAULT_RUN_DIR, help=f"run directory (default: {DEFAULT_RUN_DIR})")
+    train.add_argument("--run-dir", default=DEFAULT_RUN_DIR, help=f"run directory, local or gs://bucket/prefix (default: {DEFAULT_RUN_DIR})")
     train.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                        help="override a config key, e.g. --set iterations=10 --set eval.k=4")
     train.add_argument("--verbose", action="store_true", help="show Prefect's own task logs")
@@ -83,10 +85,11 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as err:  # noqa: BLE001 - the CLI turns known errors into one clear line
         from spotrl.flows.config import ConfigError
         from spotrl.flows.rundir import RunDirError
+        from spotrl.model.hf import CheckpointError as ModelCheckpointError
         from spotrl.storage.checkpoints import CheckpointError
         from spotrl.storage.weights import WeightStoreError
 
-        if isinstance(err, (ConfigError, RunDirError, WeightStoreError, CheckpointError)):
+        if isinstance(err, (ConfigError, RunDirError, WeightStoreError, CheckpointError, ModelCheckpointError)):
             print(f"spotrl: error: {err}", file=sys.stderr)
             return 2
         raise
@@ -96,6 +99,10 @@ def _train(args) -> int:
     from spotrl.flows.config import load_config
 
     config = load_config(args.config, args.overrides)  # bad config fails before Prefect starts
+    if config.model.path:  # so does a bad checkpoint (headers only, no tensor data read)
+        from spotrl.model.pretrained import check_checkpoint
+
+        check_checkpoint(config.model)
     if not args.verbose:
         os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
@@ -105,7 +112,7 @@ def _train(args) -> int:
     from spotrl.flows.local_server import local_api_server
     from spotrl.flows.preemption import EXIT_PREEMPTED, Preempted
 
-    if args.warm_start_from and not (Path(args.run_dir) / "checkpoints").exists():
+    if args.warm_start_from and not (as_path(args.run_dir) / "checkpoints").exists():
         from spotrl.flows.resume import seed_from_warm_start
 
         seed_from_warm_start(Path(args.run_dir), config, Path(args.warm_start_from))
@@ -145,10 +152,10 @@ def _eval(args) -> int:
     from spotrl.tasks.stages import evaluate
 
     config = rundir.read_config(args.run_dir)
-    store = WeightStore(Path(args.run_dir) / "weights")
+    store = WeightStore(as_path(args.run_dir) / "weights")
     version = store.resolve(None)
     ref = {"version": version, "sha256": store.digest(version)}
-    result = evaluate.fn(config, str(Path(args.run_dir).resolve()), ref, version)
+    result = evaluate.fn(config, str(as_path(args.run_dir).resolve()), ref, version)
     if args.json:
         print(json.dumps(result, sort_keys=True))
     else:
@@ -160,26 +167,28 @@ def _eval(args) -> int:
 def _digest(args) -> int:
     from spotrl.storage.weights import WeightStore
 
-    store = WeightStore(Path(args.run_dir) / "weights")
+    store = WeightStore(as_path(args.run_dir) / "weights")
     print(store.verified_digest())
     return 0
 
 
 def _export(args) -> int:
+    from flax import nnx
+
     from spotrl.flows import rundir
     from spotrl.model.export import export_checkpoint
-    from spotrl.model.hf import CheckpointError
-    from spotrl.model.policy import Policy
-    from spotrl.model.tokenizer import CharTokenizer
+    from spotrl.curation import taskspec
+    from spotrl.model.hf import CheckpointError, abstract_model
     from spotrl.storage.weights import WeightStore
 
     config = rundir.read_config(args.run_dir)
-    store = WeightStore(Path(args.run_dir) / "weights")
+    store = WeightStore(as_path(args.run_dir) / "weights")
     version = store.resolve(args.version)
-    params = store.load(version, Policy(config.model).template())
+    params = store.load(version, nnx.to_pure_dict(abstract_model(config.model)[1]))
+    # a run from a checkpoint keeps its tokenizer files; the built-in model gets the character tokenizer's
+    tokenizer = {"tokenizer_from": config.model.path} if config.model.path else {"tokenizer": taskspec.tokenizer(config.task.name)}
     try:
-        # the built-in tasks use the character tokenizer; its tokenizer.json is written alongside
-        out = export_checkpoint(params, config.model, args.out, dtype=args.dtype, tokenizer=CharTokenizer())
+        out = export_checkpoint(params, config.model, args.out, dtype=args.dtype, **tokenizer)
     except (CheckpointError, FileExistsError, ValueError) as err:
         print(f"spotrl: error: {err}", file=sys.stderr)
         return 2

@@ -16,7 +16,6 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from spotrl.model.config import ModelConfig
-from spotrl.model.tokenizer import CharTokenizer
 
 
 class _Section(BaseModel):
@@ -24,7 +23,8 @@ class _Section(BaseModel):
 
 
 class TaskConfig(_Section):
-    name: Literal["arithmetic"] = "arithmetic"
+    name: Literal["arithmetic", "math", "code"] = Field("arithmetic", description="the verifier and tokenizer; built-in "
+                                                       "prompts for arithmetic and code, curation.sources for any")
     train_size: int = Field(20000, gt=0)
     eval_size: int = Field(400, gt=0)
     min_digits: int = Field(2, ge=1, le=4)
@@ -35,6 +35,51 @@ class TaskConfig(_Section):
     def _digits(self):
         if self.min_digits > self.max_digits:
             raise ValueError(f"min_digits ({self.min_digits}) > max_digits ({self.max_digits})")
+        return self
+
+
+class SourceConfig(_Section):
+    """A dataset source: JSONL/JSON/Parquet/CSV file or saved `datasets` directory, local or gs://."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+    path: str
+    map: dict[str, str] = Field(default_factory=dict, description="source column -> id, prompt, answer or tests")
+    format: Literal["jsonl", "json", "parquet", "csv", "datasets"] | None = None
+    split: str | None = Field(None, description="the split of a saved DatasetDict")
+    weight: float | None = Field(None, ge=0, description="mixing weight; none set: every row of every source")
+
+    def __hash__(self) -> int:  # the run config is hashable (a cache key of per-process state); `map` is a dict
+        return hash(json.dumps(self.model_dump(mode="json"), sort_keys=True))
+
+
+class DifficultyConfig(_Section):
+    """Pass rates of the training prompts under the current policy; prompts always or never solved
+    are left out of the prompt stream (they give group-relative advantages no signal)."""
+
+    every: int = Field(10, gt=0, description="re-estimate before iterations 1, 1 + every, 1 + 2 * every, ...")
+    samples: int = Field(8, ge=2, description="completions per prompt for an estimate")
+    prompts: int | None = Field(None, gt=0, description="estimate this many training prompts (a seeded subset); "
+                                                         "None: all of them")
+    drop_never: bool = True
+    drop_always: bool = True
+
+
+class CurationConfig(_Section):
+    sources: tuple[SourceConfig, ...] = Field((), description="empty: the task's built-in prompts")
+    eval: tuple[SourceConfig, ...] = Field((), description="held-out sets: training prompts sharing "
+                                                                       "an n-gram with them are removed")
+    ngram: int = Field(13, gt=0, description="decontamination n-gram size, in words")
+    total: int | None = Field(None, gt=0, description="rows to mix from the sources by weight (None: as many as "
+                                                      "the weights allow)")
+    difficulty: DifficultyConfig | None = None
+
+    @model_validator(mode="after")
+    def _names(self):
+        names = [s.name for s in self.sources + self.eval]
+        if len(set(names)) != len(names):
+            raise ValueError(f"source names must be distinct: {names}")
+        if self.eval and not self.sources:
+            raise ValueError("curation.eval decontaminates curation.sources; name the sources too")
         return self
 
 
@@ -222,6 +267,7 @@ class RunConfig(_Section):
     iterations: int = Field(200, ge=0)
     model: ModelConfig = ModelConfig()
     task: TaskConfig = TaskConfig()
+    curation: CurationConfig = CurationConfig()
     warmstart: WarmStartConfig = WarmStartConfig()
     rollout: RolloutConfig = RolloutConfig()
     algorithm: AlgorithmConfig = AlgorithmConfig()
@@ -249,16 +295,20 @@ class RunConfig(_Section):
         if self.weights.keep < self.rollout.max_staleness + 1:
             raise ValueError(f"weights.keep ({self.weights.keep}) must be >= rollout.max_staleness + 1 "
                              f"({self.rollout.max_staleness + 1}): stale rollouts need those versions")
+        from spotrl.curation import taskspec
         from spotrl.curation.arithmetic import distinct_problems
 
+        if self.task.name == "math" and not self.curation.sources:
+            raise ValueError("task.name 'math' has no built-in prompts: name dataset sources in curation.sources")
         capacity = distinct_problems(self.task.min_digits, self.task.max_digits)
-        if self.task.train_size + self.task.eval_size > capacity:
+        if self.task.name == "arithmetic" and not self.curation.sources and \
+                self.task.train_size + self.task.eval_size > capacity:
             raise ValueError(f"task.train_size + task.eval_size ({self.task.train_size + self.task.eval_size}) > the "
                              f"{capacity} distinct problems with {self.task.min_digits}..{self.task.max_digits} digits")
         overlong = self.algorithm.overlong
         if overlong.enabled and (overlong.max_tokens or self.rollout.max_new_tokens) <= overlong.cache_tokens:
             raise ValueError("algorithm.overlong.cache_tokens must be smaller than its max_tokens")
-        vocab = CharTokenizer().vocab_size
+        vocab = taskspec.tokenizer(self.task.name).vocab_size
         if self.model.vocab_size < vocab:
             raise ValueError(f"model.vocab_size ({self.model.vocab_size}) < the task tokenizer's {vocab} tokens")
         if self.eval.prompts > self.task.eval_size:

@@ -24,6 +24,7 @@ from spotrl.flows import rundir
 from spotrl.flows.config import RunConfig
 from spotrl.model.rng import next_iteration_streams
 from spotrl.storage.checkpoints import CheckpointError, CheckpointStore
+from spotrl.storage.paths import AnyPath, as_path, remove
 from spotrl.storage.quarantine import QUARANTINE, quarantine
 from spotrl.storage.rollouts import damaged_shards
 from spotrl.storage.weights import WeightStore, WeightStoreError
@@ -44,29 +45,29 @@ def eval_due(config: RunConfig, iteration: int) -> bool:
     return iteration in (0, config.iterations) or bool(every and iteration % every == 0)
 
 
-def _records_complete(run_dir: Path, config: RunConfig, iteration: int) -> bool:
+def _records_complete(run_dir: AnyPath, config: RunConfig, iteration: int) -> bool:
     if iteration > 0 and not rundir.record_exists(run_dir, "metrics", iteration):
         return False
     return not eval_due(config, iteration) or rundir.record_exists(run_dir, "eval", iteration)
 
 
-def _remove_leftovers(run_dir: Path, checkpoints: CheckpointStore, weights: WeightStore, notes: list[str]) -> None:
+def _remove_leftovers(run_dir: AnyPath, checkpoints: CheckpointStore, weights: WeightStore, notes: list[str]) -> None:
     """Temporaries of writes killed before their commit: incomplete by construction, never read."""
     temporaries = [p for p in run_dir.rglob(".*.tmp-*") if QUARANTINE not in p.relative_to(run_dir).parts]
     for path in checkpoints.leftovers() + weights.leftovers() + temporaries:
         if not path.exists():
             continue  # it was inside a leftover directory removed just before
-        shutil.rmtree(path) if path.is_dir() else path.unlink()
+        remove(path)
         notes.append(f"removed {path.relative_to(run_dir)} (a write killed before it committed)")
 
 
-def find_resume_point(run_dir: Path, config: RunConfig, checkpoints: CheckpointStore,
+def find_resume_point(run_dir: AnyPath, config: RunConfig, checkpoints: CheckpointStore,
                       weights: WeightStore) -> ResumePoint:
     point = ResumePoint()
     notes = point.notes
     _remove_leftovers(run_dir, checkpoints, weights, notes)
 
-    def set_aside(path: Path, reason: str) -> None:
+    def set_aside(path: AnyPath, reason: str) -> None:
         quarantine(run_dir, path, reason)
         notes.append(f"quarantined {path.relative_to(run_dir)}: {reason}")
 
@@ -101,10 +102,7 @@ def find_resume_point(run_dir: Path, config: RunConfig, checkpoints: CheckpointS
         try:
             weights.verified_digest(version)
         except WeightStoreError as err:
-            if weights.local:
-                set_aside(Path(weights.version_dir(version)), str(err))
-            else:
-                notes.append(f"quarantined {weights.quarantine(version, str(err))}: {err}")
+            set_aside(as_path(weights.version_dir(version)), str(err))
             if version > after:
                 damaged_after = _oldest(damaged_after, version)
     for incomplete in weights.incomplete():
@@ -161,6 +159,9 @@ def seed_from_warm_start(run_dir: Path, config: RunConfig, source_dir: Path) -> 
     run_dir, source_dir = Path(run_dir), Path(source_dir)
     source_config = rundir.read_config(source_dir)
     differing = [k for k in WARM_START_SECTIONS if getattr(source_config, k) != getattr(config, k)]
+    data = lambda c: c.curation.model_copy(update={"difficulty": None})  # noqa: E731 - the sources decide the data
+    if data(source_config) != data(config):
+        differing.append("curation")
     if differing:
         raise rundir.RunDirError(f"{source_dir}: its warm start was made with other {', '.join(differing)} settings")
     if (run_dir / "checkpoints").exists():

@@ -11,21 +11,29 @@ import fcntl
 import json
 import os
 import socket
-from pathlib import Path
 
 import yaml
 
 from spotrl.flows.config import ConfigError, RunConfig, config_diff
 from spotrl.storage.atomic import atomic_write_json, atomic_write_text
+from spotrl.storage.lease import LeaseHeld, object_lease
+from spotrl.storage.paths import AnyPath, RemotePath, StorageError, as_path, check_reachable
 
 
 class RunDirError(RuntimeError):
     pass
 
 
-def prepare(run_dir: str | Path, config: RunConfig) -> Path:
-    """Create the run directory with config.yaml, or check that an existing one holds this config."""
-    run_dir = Path(run_dir).resolve()
+def prepare(run_dir: str | AnyPath, config: RunConfig) -> AnyPath:
+    """Create the run directory with config.yaml, or check that an existing one holds this config.
+
+    A local directory or a URL (gs://bucket/prefix); an unusable store fails here, naming the path.
+    """
+    try:
+        run_dir = as_path(run_dir).resolve()
+        check_reachable(run_dir)
+    except StorageError as err:
+        raise RunDirError(str(err)) from None
     path = run_dir / "config.yaml"
     if path.exists():
         existing = read_config(run_dir)
@@ -41,8 +49,8 @@ def prepare(run_dir: str | Path, config: RunConfig) -> Path:
     return run_dir
 
 
-def read_config(run_dir: str | Path) -> RunConfig:
-    path = Path(run_dir) / "config.yaml"
+def read_config(run_dir: str | AnyPath) -> RunConfig:
+    path = as_path(run_dir) / "config.yaml"
     if not path.exists():
         raise RunDirError(f"{run_dir} is not a run directory: {path} does not exist")
     try:
@@ -51,37 +59,46 @@ def read_config(run_dir: str | Path) -> RunConfig:
         raise ConfigError(f"{path}: {err}") from None
 
 
-def write_record(run_dir: Path, kind: str, iteration: int, record: dict) -> None:
+def write_record(run_dir: AnyPath, kind: str, iteration: int, record: dict) -> None:
     """Write RUN/<kind>/iter_N.json and rebuild RUN/<kind>.jsonl from all records, in order."""
+    run_dir = as_path(run_dir)
     folder = run_dir / kind
     atomic_write_json(folder / f"iter_{iteration:06d}.json", record)
     lines = [json.dumps(json.loads(p.read_text()), sort_keys=True) for p in sorted(folder.glob("iter_*.json"))]
     atomic_write_text(run_dir / f"{kind}.jsonl", "".join(line + "\n" for line in lines))
 
 
-def record_exists(run_dir: str | Path, kind: str, iteration: int) -> bool:
-    return (Path(run_dir) / kind / f"iter_{iteration:06d}.json").exists()
+def record_exists(run_dir: str | AnyPath, kind: str, iteration: int) -> bool:
+    return (as_path(run_dir) / kind / f"iter_{iteration:06d}.json").exists()
 
 
-def read_record(run_dir: str | Path, kind: str, iteration: int) -> dict:
-    return json.loads((Path(run_dir) / kind / f"iter_{iteration:06d}.json").read_text())
+def read_record(run_dir: str | AnyPath, kind: str, iteration: int) -> dict:
+    return json.loads((as_path(run_dir) / kind / f"iter_{iteration:06d}.json").read_text())
 
 
-def read_records(run_dir: str | Path, kind: str) -> list[dict]:
-    path = Path(run_dir) / f"{kind}.jsonl"
+def read_records(run_dir: str | AnyPath, kind: str) -> list[dict]:
+    path = as_path(run_dir) / f"{kind}.jsonl"
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 @contextlib.contextmanager
-def exclusive(run_dir: str | Path):
+def exclusive(run_dir: str | AnyPath):
     """Hold RUN/.lock while training: two processes writing one run directory would corrupt it.
 
-    An flock, so the kernel releases it when its holder dies, SIGKILL included: a killed run never
-    leaves a stale lock behind.
+    Locally an flock, so the kernel releases it when its holder dies, SIGKILL included: a killed run
+    never leaves a stale lock behind. On an object store a lease object (storage/lease.py).
     """
-    path = Path(run_dir) / ".lock"
+    run_dir = as_path(run_dir)
+    if isinstance(run_dir, RemotePath):
+        try:
+            with object_lease(run_dir / ".lock"):
+                yield
+        except LeaseHeld as held:
+            raise RunDirError(f"{run_dir} is being trained by {held}; wait for it to end or stop it first") from None
+        return
+    path = run_dir / ".lock"
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

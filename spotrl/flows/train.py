@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import time
-from pathlib import Path
 
 from prefect import flow, unmapped
 
@@ -21,18 +20,20 @@ from spotrl.flows.config import RunConfig
 from spotrl.flows.preemption import PreemptionGuard
 from spotrl.flows.resume import eval_due, find_resume_point
 from spotrl.model.compiles import compile_count
+from spotrl.storage.paths import AnyPath, as_path
+from spotrl.storage.results import result_storage
 from spotrl.tasks import stages
 from spotrl.tasks.context import get_context
 
 
-def _configured(run_dir: Path, refresh: bool = False):
+def _configured(run_dir: AnyPath, refresh: bool = False):
     """The stage tasks with result storage inside this run directory.
 
     `refresh=True` runs them even when a cached result exists: used for the iterations after a
     damaged artifact, whose cached results may point at what was quarantined.
     """
-    storage = run_dir / "prefect-results"
-    names = ("curate", "warm_start", "rollout", "reward", "update", "checkpoint", "publish", "evaluate")
+    storage = result_storage(run_dir / "prefect-results")
+    names = ("curate", "warm_start", "rollout", "reward", "update", "checkpoint", "publish", "evaluate", "difficulty")
     return {name: getattr(stages, name).with_options(result_storage=storage, refresh_cache=refresh) for name in names}
 
 
@@ -80,10 +81,11 @@ def rollout_task_runner(config: RunConfig):
         yield runner
 
 
-def _run(config: RunConfig, run_path: Path, guard: PreemptionGuard, runner=None) -> dict:
+def _run(config: RunConfig, run_path: AnyPath, guard: PreemptionGuard, runner=None) -> dict:
     root = str(run_path)
     _log(f"run directory: {root}  (config {config.digest()})")
     ctx = get_context(root, config)
+    _log(ctx.memory_summary())
     point = find_resume_point(run_path, config, ctx.checkpoints, ctx.weights)
     for note in point.notes:
         _log(f"recovery: {note}")
@@ -112,6 +114,21 @@ def _run(config: RunConfig, run_path: Path, guard: PreemptionGuard, runner=None)
     published = {weights["version"]: weights}
     published.update({v: ctx.weights.ref(v) for v in range(max(0, start - 1 - k), start - 1)})
     in_flight: dict[int, tuple] = {}
+    estimates: dict[int, dict] = {}
+
+    def difficulty_for(j: int) -> dict | None:
+        """The difficulty estimate filtering iteration j's prompts, made with the weights the
+        estimating iteration samples with (curation/curriculum.py)."""
+        d = config.curation.difficulty
+        if d is None:
+            return None
+        e = 1 + (j - 1) // d.every * d.every
+        if e not in estimates:
+            estimates[e] = t["difficulty"](config, root, e, max(0, e - 1 - k))
+            _log(f"difficulty before iteration {e}: {estimates[e]['stream_rows']} prompts in the stream "
+                 f"({estimates[e]['never_solved']} never, {estimates[e]['always_solved']} always solved of "
+                 f"{estimates[e]['estimated']} estimated)")
+        return estimates[e]
 
     def launch_ready():
         for j in range(start, config.iterations + 1):
@@ -119,7 +136,7 @@ def _run(config: RunConfig, run_path: Path, guard: PreemptionGuard, runner=None)
             if version not in published:
                 break
             if j not in in_flight and j >= iteration:
-                in_flight[j] = _launch(t, config, root, j, published[version], 0, runner)
+                in_flight[j] = _launch(t, config, root, j, published[version], 0, runner, difficulty_for(j))
 
     for iteration in range(start, config.iterations + 1):
         iteration_started, compiles_before = time.perf_counter(), compile_count()
@@ -147,16 +164,19 @@ def _run(config: RunConfig, run_path: Path, guard: PreemptionGuard, runner=None)
             "weights_sha256": weights["sha256"]}
 
 
-def _launch(t, config: RunConfig, root: str, iteration: int, weights: dict, generation_round: int, runner=None):
+def _launch(t, config: RunConfig, root: str, iteration: int, weights: dict, generation_round: int, runner=None,
+            difficulty: dict | None = None):
     """Submit one round of rollouts (fanned out over shards) and their scoring; returns futures."""
     parameters = {"config": unmapped(config), "run_dir": unmapped(root), "iteration": unmapped(iteration),
                   "shard": range(config.rollout.shards), "weights": unmapped(weights),
                   "generation_round": unmapped(generation_round)}
+    if difficulty is not None:
+        parameters["difficulty"] = unmapped(difficulty)
     if runner is None:
         sampled = t["rollout"].map(**parameters)
     else:
         sampled = runner.map(t["rollout"], parameters)
-    return sampled, t["reward"].map(unmapped(config), unmapped(root), sampled), weights
+    return sampled, t["reward"].map(unmapped(config), unmapped(root), sampled), weights, difficulty
 
 
 def _collect(t, config: RunConfig, root: str, iteration: int, launched, runner=None) -> tuple[list[dict], list[dict]]:
@@ -164,12 +184,12 @@ def _collect(t, config: RunConfig, root: str, iteration: int, launched, runner=N
     (same weights) run until enough groups have signal or `max_rounds` is reached."""
     r, ds = config.rollout, config.algorithm.dynamic_sampling
     rollouts, scored = [], []
-    sampled, rewarded, weights = launched
+    sampled, rewarded, weights, difficulty = launched
     for generation_round in range(1 + (ds.max_rounds if ds.enabled else 0)):
         if generation_round:
             if sum(s["groups_with_signal"] for s in scored) >= r.prompts_per_iteration:
                 break
-            sampled, rewarded, _ = _launch(t, config, root, iteration, weights, generation_round, runner)
+            sampled, rewarded, _, _ = _launch(t, config, root, iteration, weights, generation_round, runner, difficulty)
         scored += rewarded.result()
         rollouts += sampled.result()
     return rollouts, scored
@@ -177,7 +197,7 @@ def _collect(t, config: RunConfig, root: str, iteration: int, launched, runner=N
 
 def _evaluate(t, config: RunConfig, root: str, weights: dict, iteration: int) -> dict:
     result = t["evaluate"](config, root, weights, iteration)
-    rundir.write_record(Path(root), "eval", iteration, result)
+    rundir.write_record(as_path(root), "eval", iteration, result)
     _log(f"eval after iteration {iteration} (weights v{weights['version']}): "
          f"pass@1 {result['pass_at_1']:.1%}  pass@{result['k']} {result['pass_at_k']:.1%}")
     return result

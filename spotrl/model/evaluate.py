@@ -27,6 +27,6 @@ def evaluate_pass_at_k(graphdef, state, tokenizer, task: str, prompts, answers, 
 
 def greedy_accuracy(graphdef, state, tokenizer, task: str, prompts, answers, max_new_tokens: int) -> float:
     sampling = SamplingParams(max_new_tokens=max_new_tokens, stop_token=tokenizer.eos_id,
-                              pad_token=tokenizer.pad_id, temperature=0.0)
+                              pad_token=tokenizer.pad_id, temperature=0.0, stop_tokens=tokenizer.stop_ids)
     completions = sample_completions(graphdef, state, tokenizer, list(prompts), 1, sampling, jax.random.key(0))
     return float(score(task, completions.texts, completions.stopped, list(answers)).mean())

@@ -110,6 +110,8 @@ class HFTokenizer:
         self.pad_id = pad if pad is not None else self.eos_id
         self.chat_template = chat_template
         self._template = None
+        # set by a run with model.chat_template: batch-encoded prompts are task text, rendered as a user turn
+        self.chat_prompts = False
         # what the post-processor puts around a single sequence (Llama 3: <|begin_of_text|> before it)
         probe_plain = self._tok.encode("a", add_special_tokens=False).ids
         probe = self._tok.encode("a", add_special_tokens=True).ids
@@ -193,8 +195,10 @@ class HFTokenizer:
         return self._tok.decode([i for i in ids if i != self.pad_id], skip_special_tokens=True)
 
     def encode_batch_left_padded(self, texts: list[str], length: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """Prompts (see encode_prompt), left-padded to `length` (default: the longest): tokens and validity mask."""
-        encoded = [self.encode_prompt(t) for t in texts]
+        """Prompts (see encode_prompt; through `chat_prompt` when `chat_prompts` is set), left-padded to
+        `length` (default: the longest): tokens and validity mask."""
+        render = self.chat_prompt if self.chat_prompts else (lambda t: t)
+        encoded = [self.encode_prompt(render(t)) for t in texts]
         return left_pad(encoded, texts, self.pad_id, length)
 
     # chat

@@ -14,15 +14,39 @@ from spotrl.model.transformer import Transformer
 
 
 class Policy:
-    def __init__(self, config: ModelConfig, init_seed: int = 0):
+    def __init__(self, config: ModelConfig, init_seed: int = 0, params: dict | None = None):
+        """A randomly initialised policy, or (`params`: a nested pure dict, e.g. from hf.load_params) one
+        whose initial state is those parameters, without materialising a random model first."""
         self.config = config
-        model = Transformer(config, rngs=nnx.Rngs(init_seed))
-        self.graphdef, self.init_state = nnx.split(model)
+        if params is None:
+            model = Transformer(config, rngs=nnx.Rngs(init_seed))
+            self.graphdef, self.init_state = nnx.split(model)
+        else:
+            from spotrl.model.hf import abstract_model
+
+            self.graphdef, self.init_state = abstract_model(config)
+            nnx.replace_by_pure_dict(self.init_state, params)
+        # parameters laid out over several devices (model.mesh): keep every later copy in that layout
+        self.sharded = any(len(x.sharding.device_set) > 1 for x in jax.tree.leaves(self.init_state))
 
     def to_state(self, params: dict) -> nnx.State:
+        """Host (or device) arrays as State; on a mesh, each array goes where the initial one lives."""
         state = jax.tree.map(lambda x: x, self.init_state)
-        nnx.replace_by_pure_dict(state, jax.tree.map(jax.numpy.asarray, params))
+        if self.sharded:
+            placed = jax.tree.map(lambda x, t: jax.device_put(x, t.sharding), params, nnx.to_pure_dict(self.init_state))
+        else:
+            placed = jax.tree.map(jax.numpy.asarray, params)
+        nnx.replace_by_pure_dict(state, placed)
         return state
+
+    def place(self, tree):
+        """On a mesh, every leaf that one device holds (the optimizer's step count, a critic) replicated
+        over the mesh: a jitted step refuses arguments on different device sets."""
+        if not self.sharded:
+            return tree
+        mesh = next(x.sharding.mesh for x in jax.tree.leaves(self.init_state) if len(x.sharding.device_set) > 1)
+        replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+        return jax.tree.map(lambda x: x if len(x.sharding.device_set) > 1 else jax.device_put(x, replicated), tree)
 
     @staticmethod
     def to_pure(state: nnx.State) -> dict:

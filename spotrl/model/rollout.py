@@ -7,7 +7,7 @@ import dataclasses
 import jax
 import numpy as np
 
-from spotrl.model.sampler import SamplingParams, generate, generate_groups
+from spotrl.model.sampler import SamplingParams, generate, generate_groups, is_stop
 
 
 @dataclasses.dataclass
@@ -69,7 +69,7 @@ def sample_completions(
         parts.append(jax.tree.map(lambda x: np.asarray(x)[: stop - start], out))
     tokens = np.concatenate([p.tokens for p in parts])
     lengths = np.concatenate([p.lengths for p in parts])
-    stopped = tokens[np.arange(len(rows)), np.maximum(lengths - 1, 0)] == sampling.stop_token
+    stopped = np.asarray(is_stop(tokens[np.arange(len(rows)), np.maximum(lengths - 1, 0)], sampling))
     return Completions(
         prompt_tokens=prompt_tokens,
         prompt_valid=prompt_valid,

@@ -29,6 +29,19 @@ class SamplingParams:
     temperature: float = 1.0  # 0 means greedy
     top_k: int = 0  # 0 disables
     top_p: float = 1.0  # 1 disables
+    stop_tokens: tuple[int, ...] = ()  # more ids that end a row (generation_config.json's eos_token_id list)
+
+    @property
+    def stop_ids(self) -> tuple[int, ...]:
+        return tuple(dict.fromkeys((self.stop_token, *self.stop_tokens)))
+
+
+def is_stop(tokens: jax.Array, params: SamplingParams) -> jax.Array:
+    """Where `tokens` is any of the stop ids."""
+    hit = tokens == params.stop_ids[0]
+    for stop in params.stop_ids[1:]:
+        hit = hit | (tokens == stop)
+    return hit
 
 
 class SampleOutput(NamedTuple):
@@ -83,7 +96,7 @@ def _decode(model, logits, cache, key_valid, next_pos, key, params: SamplingPara
         logprob = jnp.where(done, 0.0, logprob)
         tokens = tokens.at[:, i].set(token)
         logprobs = logprobs.at[:, i].set(logprob)
-        done = done | (token == params.stop_token)
+        done = done | is_stop(token, params)
         slot = prompt_len + i
         mask = causal_mask(jnp.full((1,), slot), key_valid)
         step_logits, cache = model(token[:, None], pos[:, None], mask, cache, slot)
@@ -99,7 +112,7 @@ def _decode(model, logits, cache, key_valid, next_pos, key, params: SamplingPara
         jnp.zeros((batch, new), jnp.float32),
     )
     _, _, _, _, _, tokens, logprobs = jax.lax.while_loop(cond, body, carry)
-    finished = tokens == params.stop_token
+    finished = is_stop(tokens, params)
     first_stop = jnp.argmax(finished, axis=1)
     lengths = jnp.where(finished.any(axis=1), first_stop + 1, new)
     return SampleOutput(tokens, logprobs, lengths.astype(jnp.int32))

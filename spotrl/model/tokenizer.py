@@ -17,6 +17,7 @@ class CharTokenizer:
             raise ValueError(f"alphabet has repeated characters: {alphabet!r}")
         self.alphabet = alphabet
         self.pad_id, self.eos_id, self.bos_id = 0, 1, 2
+        self.stop_ids = (self.eos_id,)  # as HFTokenizer: every id that ends a completion
         self._ids = {c: i + 3 for i, c in enumerate(alphabet)}
 
     @property

@@ -189,6 +189,9 @@ class Transformer(nnx.Module):
         x = constrain(self.embed_tokens(tokens), residual)
         new_cache = [] if cache is not None else None
         for i, layer in enumerate(self.layers):
+            if cache is None and self.config.remat:  # training: keep only each layer's input for the backward pass
+                x, layer_cache = nnx.remat(_layer_without_cache)(layer, x, positions, mask), None
+                continue
             x, layer_cache = layer(x, positions, mask, None if cache is None else cache[i], cache_index)
             x = constrain(x, residual)
             if new_cache is not None:
@@ -214,6 +217,10 @@ class Transformer(nnx.Module):
         """
         x, new_cache = self.trunk(tokens, positions, mask, cache, cache_index)
         return self.head(x), new_cache
+
+
+def _layer_without_cache(layer: DecoderLayer, x, positions, mask):
+    return layer(x, positions, mask, None, 0)[0]
 
 
 def forward(model: Transformer, tokens: jax.Array, valid: jax.Array) -> jax.Array:

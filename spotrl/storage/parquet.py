@@ -10,7 +10,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from spotrl.storage.atomic import atomic_write_bytes, sha256_file
+from spotrl.storage.atomic import atomic_write_bytes
+from spotrl.storage.paths import as_path
 
 
 class CorruptFileError(RuntimeError):
@@ -32,6 +33,7 @@ def write_frame(path: str | Path, frame: pd.DataFrame) -> str:
 
 def read_frame(path: str | Path, sha256: str | None = None) -> pd.DataFrame:
     """Read a parquet file; with `sha256`, refuse a file whose content is not exactly that."""
-    if sha256 is not None and (actual := sha256_file(path)) != sha256:
+    data = as_path(path).read_bytes()  # read once: the bytes checked are the bytes parsed
+    if sha256 is not None and (actual := hashlib.sha256(data).hexdigest()) != sha256:
         raise CorruptFileError(f"{path}: sha256 {actual[:12]}... does not match the recorded {sha256[:12]}...")
-    return pq.read_table(path).to_pandas()
+    return pq.read_table(pa.BufferReader(data)).to_pandas()

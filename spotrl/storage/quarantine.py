@@ -8,29 +8,29 @@ damaged copy stays inspectable.
 from __future__ import annotations
 
 import json
-import os
 import time
-from pathlib import Path
+
+from spotrl.storage.paths import AnyPath, append_line, as_path, move
 
 QUARANTINE = "quarantine"
 
 
-def quarantine(run_dir: Path, path: Path, reason: str) -> Path:
+def quarantine(run_dir: AnyPath, path: AnyPath, reason: str) -> AnyPath:
     """Move `path` (file or directory inside `run_dir`) under RUN/quarantine/; returns the new path."""
-    relative = Path(path).resolve().relative_to(Path(run_dir).resolve())
-    dest = Path(run_dir) / QUARANTINE / relative
+    run_dir, path = as_path(run_dir), as_path(path)
+    relative = path.resolve().relative_to(run_dir.resolve())
+    dest = run_dir / QUARANTINE / relative
     n = 0
     while dest.exists():
         n += 1
         dest = dest.with_name(f"{relative.name}.{n}")
     dest.parent.mkdir(parents=True, exist_ok=True)
-    os.rename(path, dest)
+    move(path, dest)
     record = {"path": str(relative), "moved_to": str(dest.relative_to(run_dir)), "reason": reason, "unix_time": time.time()}
-    with open(Path(run_dir) / QUARANTINE / "log.jsonl", "a") as log:
-        log.write(json.dumps(record) + "\n")
+    append_line(run_dir / QUARANTINE / "log.jsonl", json.dumps(record))
     return dest
 
 
-def quarantine_log(run_dir: Path) -> list[dict]:
-    path = Path(run_dir) / QUARANTINE / "log.jsonl"
+def quarantine_log(run_dir: AnyPath) -> list[dict]:
+    path = as_path(run_dir) / QUARANTINE / "log.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []

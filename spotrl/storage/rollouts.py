@@ -12,21 +12,20 @@ from __future__ import annotations
 
 import hashlib
 import re
-from pathlib import Path
-
 import pandas as pd
 
 from spotrl.storage.atomic import atomic_write_bytes, sha256_file
 from spotrl.storage.parquet import frame_bytes, read_frame
+from spotrl.storage.paths import AnyPath, as_path
 
 _SHARD = re.compile(r"^(?P<kind>[a-z]+)_(?P<shard>\d{3})\.(?P<digest>[0-9a-f]{16})\.parquet$")
 
 
-def iteration_dir(root: str | Path, iteration: int) -> Path:
-    return Path(root) / f"iter_{iteration:06d}"
+def iteration_dir(root: str | AnyPath, iteration: int) -> AnyPath:
+    return as_path(root) / f"iter_{iteration:06d}"
 
 
-def write_shard(root: str | Path, iteration: int, shard: int, kind: str, frame: pd.DataFrame) -> tuple[Path, str]:
+def write_shard(root: str | AnyPath, iteration: int, shard: int, kind: str, frame: pd.DataFrame) -> tuple[AnyPath, str]:
     """Write a shard; returns (path, sha256). Rewriting identical content is a no-op."""
     data = frame_bytes(frame)
     digest = hashlib.sha256(data).hexdigest()
@@ -36,11 +35,11 @@ def write_shard(root: str | Path, iteration: int, shard: int, kind: str, frame: 
     return path, digest
 
 
-def read_shard(path: str | Path, sha256: str) -> pd.DataFrame:
+def read_shard(path: str | AnyPath, sha256: str) -> pd.DataFrame:
     return read_frame(path, sha256)
 
 
-def find_shard(root: str | Path, iteration: int, shard: int, kind: str) -> Path:
+def find_shard(root: str | AnyPath, iteration: int, shard: int, kind: str) -> AnyPath:
     """The shard file of (iteration, shard, kind); FileNotFoundError names what is missing."""
     found = sorted(iteration_dir(root, iteration).glob(f"{kind}_{shard:03d}.*.parquet"))
     if len(found) != 1:
@@ -48,10 +47,10 @@ def find_shard(root: str | Path, iteration: int, shard: int, kind: str) -> Path:
     return found[0]
 
 
-def damaged_shards(root: str | Path, after_iteration: int) -> dict[Path, str]:
+def damaged_shards(root: str | AnyPath, after_iteration: int) -> dict[AnyPath, str]:
     """Shard files of iterations > `after_iteration` whose content does not match their name."""
     damaged = {}
-    for folder in sorted(Path(root).glob("iter_*")):
+    for folder in sorted(as_path(root).glob("iter_*")):
         if not folder.name[5:].isdigit() or int(folder.name[5:]) <= after_iteration:
             continue
         for path in sorted(folder.iterdir()):

@@ -10,7 +10,9 @@ local GCS emulator through STORAGE_EMULATOR_HOST). Layout under the root:
 
 A version without its manifest was killed mid-write: it is invisible to readers and rewritten by
 the next publish. A single object (or a local file through os.replace) is replaced atomically, so
-LATEST never shows a partial value, and it only moves forward. Retention keeps the newest `keep`
+LATEST never shows a partial value, and it only moves forward: on an object store the flip is a
+compare-and-swap on LATEST's generation, so of two publishers racing, the one that read a LATEST
+that has meanwhile changed loses its write, reads again, and only writes if it is still newer. Retention keeps the newest `keep`
 versions, the pinned ones (a KL reference), and any version under an unexpired lease.
 """
 
@@ -30,6 +32,7 @@ from safetensors.numpy import save as save_bytes
 
 from spotrl.faults import failpoint
 from spotrl.storage.atomic import atomic_write_bytes
+from spotrl.storage.paths import RemotePath, filesystem, generation, put_if_generation
 from spotrl.storage.pytrees import flatten, unflatten_like
 
 WEIGHTS_FILE = "model.safetensors"
@@ -44,7 +47,12 @@ class WeightStoreError(RuntimeError):
 class WeightStore:
     def __init__(self, root: str | Path, keep: int = 3, pinned: tuple[int, ...] = (), storage_options: dict | None = None):
         self.url = str(root)
-        self.fs, self.path = fsspec.core.url_to_fs(self.url, **(storage_options or {}))
+        if storage_options:
+            self.fs, self.path = fsspec.core.url_to_fs(self.url, **storage_options)
+        else:  # the run directory's filesystem (no listing cache: other processes write here too)
+            protocol, path = fsspec.core.split_protocol(self.url)
+            self.fs = filesystem(protocol or "file")
+            self.path = self.fs._strip_protocol(self.url)
         self.local = isinstance(self.fs, LocalFileSystem)
         self.root = Path(self.path) if self.local else self.url
         self.keep = keep
@@ -111,13 +119,6 @@ class WeightStore:
     def remove(self, version_dir: Path | str) -> None:
         self.fs.rm(str(version_dir), recursive=True)
 
-    def quarantine(self, version: int, reason: str) -> str:
-        """Move a damaged version to <root>/quarantine/ (kept as evidence, invisible to readers)."""
-        dest = self._p("quarantine", f"v{version:06d}-{int(time.time())}")
-        self.fs.mv(self._p(f"v{version:06d}"), dest, recursive=True)
-        self._write(reason.encode(), "quarantine", f"v{version:06d}-{int(time.time())}.reason.txt")
-        return dest
-
     def latest(self) -> int | None:
         try:
             return int(self._read("LATEST").decode().strip())
@@ -136,12 +137,31 @@ class WeightStore:
                         "tensors": len(flat), **(extra or {})}
             self._write((json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode(), name, MANIFEST)
         failpoint("publish.flip", version)
-        current = self.latest()
-        if current is None or version > current:
-            self._write(f"{version}\n".encode(), "LATEST")
+        self._advance_latest(version)
         manifest = self.manifest(version)
         self.collect_garbage()
         return manifest
+
+    def _advance_latest(self, version: int) -> None:
+        """Point LATEST at `version` unless it already points at a version as new or newer."""
+        if self.local:  # one trainer per run directory (RUN/.lock): os.replace is enough
+            current = self.latest()
+            if current is None or version > current:
+                self._write(f"{version}\n".encode(), "LATEST")
+            return
+        latest = RemotePath(self._where("LATEST"))
+        for _ in range(100):
+            seen = generation(latest)
+            current = self.latest() if seen else None
+            if current is not None and current >= version:
+                return
+            try:
+                if put_if_generation(latest, f"{version}\n".encode(), seen) is not None:
+                    return
+            except Exception as err:  # noqa: BLE001
+                raise WeightStoreError(f"{latest}: cannot write: {type(err).__name__}: {err}") from err
+            # another publisher changed LATEST after we read it: read again and decide again
+        raise WeightStoreError(f"{latest}: lost the compare-and-swap 100 times in a row; is something rewriting it?")
 
     def manifest(self, version: int) -> dict:
         try:

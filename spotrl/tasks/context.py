@@ -14,20 +14,20 @@ import os
 import socket
 import threading
 from collections import OrderedDict
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from spotrl.curation import taskspec
 from spotrl.curation.store import load_split
 from spotrl.flows.config import RunConfig
-from spotrl.model.policy import Policy
+from spotrl.model.pretrained import build_policy, memory_estimate, memory_summary
 from spotrl.model.sampler import SamplingParams
-from spotrl.model.tokenizer import CharTokenizer
 from spotrl.model.value import Critic
 from spotrl.model.train_step import make_optimizer
 from spotrl.storage.checkpoints import CheckpointStore
+from spotrl.storage.paths import AnyPath, as_path
 from spotrl.storage.weights import WeightStore
 
 
@@ -48,13 +48,14 @@ class _LRU(OrderedDict):
 
 @dataclasses.dataclass
 class RunContext:
-    run_dir: Path
+    run_dir: AnyPath  # a local Path, or a RemotePath for gs://
     config: RunConfig
 
     def __post_init__(self):
         cfg = self.config
-        self.tokenizer = CharTokenizer()
-        self.policy = Policy(cfg.model, init_seed=cfg.seed)
+        # model.path: a Hugging Face checkpoint and its tokenizer, checked before anything loads;
+        # otherwise the built-in model with its task's character tokenizer
+        self.policy, self.tokenizer = build_policy(cfg.model, cfg.seed, taskspec.tokenizer(cfg.task.name))
         self.optimizer = make_optimizer(**cfg.optimizer.model_dump())
         value = cfg.algorithm.value
         self.critic_graphdef = self.critic_init_state = self.critic_optimizer = None
@@ -75,7 +76,7 @@ class RunContext:
         self._splits = {}
 
     @property
-    def data_dir(self) -> Path:
+    def data_dir(self) -> AnyPath:
         return self.run_dir / "data"
 
     def split(self, name: str):
@@ -92,7 +93,22 @@ class RunContext:
             temperature=temperature,
             top_k=r.top_k,
             top_p=r.top_p,
+            stop_tokens=self.tokenizer.stop_ids,
         )
+
+    def memory_summary(self) -> str:
+        """The run's memory estimate, for the log at start."""
+        cfg = self.config
+        if cfg.task.name == "arithmetic":  # every prompt of the task has the length of this one
+            from spotrl.curation.arithmetic import prompt_text
+
+            prompt_tokens = self.tokenizer.encode_batch_left_padded([prompt_text(9999, 9999)])[0].shape[1]
+        else:
+            prompt_tokens = 512  # an assumption, said in the summary
+        estimate = memory_estimate(cfg.model, rollout_rows=cfg.rollout.prompts_per_iteration * cfg.rollout.group_size,
+                                   minibatches=cfg.algorithm.minibatches, prompt_tokens=prompt_tokens,
+                                   new_tokens=cfg.rollout.max_new_tokens, reference=cfg.algorithm.kl.coef > 0)
+        return memory_summary(cfg.model, estimate, prompt_tokens)
 
     def initial_train_state(self, params) -> dict:
         """The RL train state around `params`: fresh optimizer, and a fresh critic for PPO (a separate
@@ -103,7 +119,7 @@ class RunContext:
             if "trunk" in critic:
                 nnx.replace_by_pure_dict(critic["trunk"], nnx.to_pure_dict(jax.tree.map(jnp.copy, params)))
             state.update(critic=critic, critic_opt_state=self.critic_optimizer.init(critic))
-        return state
+        return self.policy.place(state)
 
     def state_template(self) -> dict:
         return self.initial_train_state(self.policy.init_state)
@@ -135,4 +151,4 @@ class RunContext:
 
 @functools.lru_cache(maxsize=4)
 def get_context(run_dir: str, config: RunConfig) -> RunContext:
-    return RunContext(Path(run_dir), config)
+    return RunContext(as_path(run_dir), config)

@@ -18,11 +18,10 @@ import jax
 import numpy as np
 import pandas as pd
 from prefect import task
-from prefect.cache_policies import INPUTS, TASK_SOURCE
+from prefect.cache_policies import INPUTS, TASK_SOURCE, CacheKeyFnPolicy
 
-from spotrl.curation import arithmetic
+from spotrl.curation import curriculum, rundata, taskspec
 from spotrl.curation.batches import batch_indices
-from spotrl.curation.store import save_splits
 from spotrl.faults import failpoint
 from spotrl.flows.config import RunConfig
 from spotrl.model.evaluate import evaluate_pass_at_k
@@ -32,7 +31,7 @@ from spotrl.model.update import policy_update
 from spotrl.model.rng import derive_key, derive_numpy_rng, next_iteration_streams
 from spotrl.model.rollout import sample_completions
 from spotrl.model.train_step import build_rl_step, build_scoring_fn
-from spotrl.model.warmstart import supervised_warm_start
+from spotrl.model.warmstart import pretrained_start, supervised_warm_start
 from spotrl.rewards.sandbox import SandboxError, SandboxUnavailable
 from spotrl.rewards.score import score
 from spotrl.storage.rollouts import read_shard, write_shard
@@ -65,24 +64,24 @@ STAGE_OPTIONS = dict(
 )
 
 
-@task(name="curate", **STAGE_OPTIONS)
+# The config only names source files: their content goes into the key too, so an edited file re-curates.
+CURATE_CACHE_POLICY = INPUTS + TASK_SOURCE + CacheKeyFnPolicy(cache_key_fn=rundata.cache_key)
+
+
+@task(name="curate", **{**STAGE_OPTIONS, "cache_policy": CURATE_CACHE_POLICY})
 def curate(config: RunConfig, run_dir: str) -> dict:
-    t = config.task
-    train, held_out = arithmetic.make_splits(config.seed, t.train_size, t.eval_size, t.min_digits, t.max_digits)
-    ctx = get_context(run_dir, config)
-    manifest = save_splits(ctx.data_dir, {"train": train, "eval": held_out})
-    return {"uri": str(ctx.data_dir), "sha256": manifest["sha256"], "rows": {k: v["rows"] for k, v in manifest["splits"].items()}}
+    return rundata.prepare(config, run_dir)
 
 
 @task(name="warm-start", **STAGE_OPTIONS)
 def warm_start(config: RunConfig, run_dir: str, data: dict) -> dict:
     """Supervised warm start; writes the iteration-0 train state (fresh optimizer for RL)."""
     ctx = get_context(run_dir, config)
-    train = ctx.split("train")
+    prompts, answers, targets = taskspec.warm_start_examples(config.task.name, ctx.split("train"))
     started = time.perf_counter()
-    params, info = supervised_warm_start(
-        ctx.policy, ctx.tokenizer, config.task.name, train["prompt"], train["answer"],
-        [arithmetic.completion_text(a) for a in train["answer"]], config.warmstart,
+    start = pretrained_start if config.model.path else supervised_warm_start  # a checkpoint is the starting policy
+    params, info = start(
+        ctx.policy, ctx.tokenizer, config.task.name, prompts, answers, targets, config.warmstart,
         seed=config.seed, max_new_tokens=config.rollout.max_new_tokens,
     )
     state = ctx.initial_train_state(params)
@@ -94,22 +93,41 @@ def warm_start(config: RunConfig, run_dir: str, data: dict) -> dict:
     return {"uri": str(path), "iteration": 0, "warmstart_seconds": time.perf_counter() - started, **info}
 
 
+@task(name="difficulty", **STAGE_OPTIONS)
+def difficulty(config: RunConfig, run_dir: str, iteration: int, weights_version: int) -> dict:
+    """Pass rates of the training prompts under weights `weights_version`: they filter the prompt
+    stream from `iteration` on (curation/curriculum.py). Keyed on the version, not on its bytes: a
+    version's weights are deterministic, and an old version may be gone when a resumed run asks."""
+    ctx = get_context(run_dir, config)
+    sampler = lambda: curriculum.policy_sample_rewards(  # noqa: E731 - pulls the weights only when needed
+        ctx.policy.graphdef, ctx.pull(weights_version), ctx.tokenizer, config.task.name,
+        ctx.sampling(config.rollout.temperature), derive_key(config.seed, "difficulty", weights_version),
+        config.task.verify_workers)
+    r = config.rollout  # batches of a rollout shard's size: the sampler compiled for rollouts serves
+    return curriculum.estimate_for_iteration(ctx.run_dir, ctx.split("train").to_pandas(), iteration, weights_version,
+                                             sampler, config.curation.difficulty, config.seed,
+                                             -(-r.prompts_per_iteration // r.shards), r.prompts_per_iteration)
+
+
 @task(name="rollout", **STAGE_OPTIONS)
-def rollout(config: RunConfig, run_dir: str, iteration: int, shard: int, weights: dict, generation_round: int = 0) -> dict:
+def rollout(config: RunConfig, run_dir: str, iteration: int, shard: int, weights: dict, generation_round: int = 0,
+            difficulty: dict | None = None) -> dict:
     """Sample this shard's prompts of the iteration, `group_size` completions each, with `weights`.
 
     Round 0 takes the iteration's prompts in the seeded data order; rounds >= 1 are dynamic
-    sampling's extra generations, on prompts drawn from a stream of their own.
+    sampling's extra generations, on prompts drawn from a stream of their own. With a `difficulty`
+    estimate, both draw from the training rows it did not drop.
     """
     ctx = get_context(run_dir, config)
-    r = config.rollout
+    r, d = config.rollout, config.curation.difficulty
     train = ctx.split("train")
+    pool = curriculum.stream_rows(train, difficulty, d, r.prompts_per_iteration)
     if generation_round == 0:
-        rows = batch_indices(config.seed, iteration, r.prompts_per_iteration, len(train))
+        rows = pool[batch_indices(config.seed, iteration, r.prompts_per_iteration, len(pool))]
         key = derive_key(config.seed, "rollout", iteration, shard)
     else:
         rng = derive_numpy_rng(config.seed, "dynamic_sampling", iteration, generation_round)
-        rows = rng.choice(len(train), size=r.prompts_per_iteration, replace=False)
+        rows = pool[rng.choice(len(pool), size=r.prompts_per_iteration, replace=False)]
         key = derive_key(config.seed, "rollout", iteration, shard, generation_round)
     rows = np.array_split(rows, r.shards)[shard]
     prompts = train.select(rows.tolist())

@@ -1,0 +1,92 @@
+"""The curated data of a run: the built-in task's prompts, or the config's dataset sources curated.
+
+With `curation.sources` the pipeline (pipeline.py) writes its product to RUN/curation/ (canonical
+splits, removed rows, the manifest with the summary and the hash of the inputs), the rows that fail
+go to RUN/quarantine.parquet with the reason, and RUN/data gets the prompt rows the trainer reads
+(`taskspec.run_rows`). The held-out split has `task.eval_size` rows; the rest is training data.
+
+`inputs_sha256` is what the flow's curate task caches on, next to its inputs: the content of every
+source file, the mappings and the options, so curation re-runs when a source file changes even
+though the config (which only names the file) did not.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+from spotrl.storage.paths import as_path
+from spotrl.curation import taskspec
+from spotrl.curation.manifest import load_curated
+from spotrl.curation.pipeline import CurateOptions, curate, inputs_sha256 as pipeline_inputs_sha256
+from spotrl.curation.schema import to_dataset
+from spotrl.curation.sources import SourceError, SourceSpec
+from spotrl.curation.store import SPLITS, save_splits
+from spotrl.storage.parquet import read_frame, write_frame
+
+
+class CurationError(ValueError):
+    """The config's sources cannot make a run's data (nothing kept, too few rows for the splits)."""
+
+
+def source_specs(curation_cfg) -> tuple[list[SourceSpec], list[SourceSpec]]:
+    spec = lambda s: SourceSpec(s.name, s.path, dict(s.map), format=s.format, split=s.split)  # noqa: E731
+    return [spec(s) for s in curation_cfg.sources], [spec(s) for s in curation_cfg.eval]
+
+
+def curate_options(config) -> CurateOptions:
+    c, task = config.curation, config.task.name
+    weights = {s.name: s.weight for s in c.sources if s.weight is not None}
+    if weights:  # a source without a weight among weighted ones contributes nothing: say so by 0
+        weights = {s.name: weights.get(s.name, 0.0) for s in c.sources}
+    return CurateOptions(seed=config.seed, ngram=c.ngram, eval_size=config.task.eval_size, total=c.total,
+                         weights=weights, require=taskspec.REFERENCE_FIELD[task], alphabet=taskspec.alphabet(task))
+
+
+def inputs_sha256(config) -> str | None:
+    """Hash of everything curation reads (None for the built-in task, which the config fully decides)."""
+    if not config.curation.sources:
+        return None
+    sources, eval_sources = source_specs(config.curation)
+    return pipeline_inputs_sha256(sources, eval_sources, curate_options(config))
+
+
+def cache_key(_task_run_context, inputs: dict) -> str | None:
+    """A Prefect cache-key function over the curate task's `config`."""
+    try:
+        return inputs_sha256(inputs["config"])
+    except (SourceError, OSError):
+        # unreadable now: never reuse an old result; the task runs and fails with the source's error
+        return f"unreadable-{uuid.uuid4().hex}"
+
+
+def prepare(config, run_dir: str | Path) -> dict:
+    """Write RUN/data (and, from sources, RUN/curation and RUN/quarantine.parquet); returns a reference."""
+    run_dir = as_path(run_dir)
+    if not config.curation.sources:
+        manifest = save_splits(run_dir / "data", taskspec.builtin_splits(config.task, config.seed))
+        return {"uri": str(run_dir / "data"), "sha256": manifest["sha256"],
+                "rows": {k: v["rows"] for k, v in manifest["splits"].items()}}
+
+    sources, eval_sources = source_specs(config.curation)
+    out = run_dir / "curation"
+    try:
+        summary = curate(sources, out, eval_sources, curate_options(config))
+    except ValueError as err:
+        if isinstance(err, SourceError):
+            raise
+        raise CurationError(f"curation.sources: {err} (the held-out split takes task.eval_size = "
+                            f"{config.task.eval_size} rows)") from None
+    write_frame(run_dir / "quarantine.parquet", read_frame(out / "quarantine.parquet"))
+    if summary["train"] == 0:
+        raise CurationError(f"curation.sources kept no training rows of {summary['read']} read "
+                            f"({summary['quarantined']} quarantined, see {run_dir / 'quarantine.parquet'})")
+    task = config.task.name
+    splits = {name: to_dataset(taskspec.run_rows(task, load_curated(out, name)), f"{out / name}.parquet")
+              for name in SPLITS}
+    manifest = save_splits(run_dir / "data", splits)
+    counts = {k: summary[k] for k in ("read", "quarantined", "duplicates", "contaminated", "not_sampled", "train", "eval")}
+    return {"uri": str(run_dir / "data"), "sha256": manifest["sha256"],
+            "rows": {k: v["rows"] for k, v in manifest["splits"].items()},
+            "inputs_sha256": summary["inputs_sha256"], "curation": counts,
+            "quarantine_reasons": summary["quarantine_reasons"]}
