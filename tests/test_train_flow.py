@@ -14,11 +14,19 @@ from spotrl.storage.rollouts import find_shard
 
 @pytest.fixture(scope="module")
 def finished_run(prefect_harness, tiny_config, tmp_path_factory):
-    from spotrl.flows.train import train
+    from spotrl.flows import train as train_module
 
     run_dir = tmp_path_factory.mktemp("run")
-    result = train(config=tiny_config, run_dir=str(run_dir))
-    return run_dir, result
+    launches, launch = [], train_module._launch
+
+    def recorded_launch(t, config, root, iteration, weights, generation_round, *args):
+        launches.append((iteration, weights["version"], generation_round))
+        return launch(t, config, root, iteration, weights, generation_round, *args)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(train_module, "_launch", recorded_launch)
+        result = train_module.train(config=tiny_config, run_dir=str(run_dir))
+    return run_dir, {**result, "launches": launches}
 
 
 def test_run_directory_contract(finished_run, tiny_config):
@@ -36,6 +44,13 @@ def test_run_directory_contract(finished_run, tiny_config):
     assert (run_dir / "weights" / "LATEST").read_text().strip() == "2"
     assert (run_dir / "checkpoints" / "iter_000002.sealed.json").exists()
     assert any((run_dir / "prefect-results").iterdir())
+
+
+def test_each_iteration_is_generated_once(finished_run):
+    """Rollouts of iteration i are launched once, with weights i-1 (a relaunch after they were
+    collected would be cache hits here, but tasks no one waits for, which outlive the flow)."""
+    _, result = finished_run
+    assert result["launches"] == [(1, 0, 0), (2, 1, 0)]
 
 
 def test_rollout_shards_carry_version_and_match_rewards(finished_run, tiny_config):

@@ -130,17 +130,17 @@ def _run(config: RunConfig, run_path: AnyPath, guard: PreemptionGuard, runner=No
                  f"{estimates[e]['estimated']} estimated)")
         return estimates[e]
 
-    def launch_ready():
-        for j in range(start, config.iterations + 1):
+    def launch_ready(first_uncollected: int):
+        for j in range(first_uncollected, config.iterations + 1):
             version = max(0, j - 1 - k)
             if version not in published:
                 break
-            if j not in in_flight and j >= iteration:
+            if j not in in_flight:
                 in_flight[j] = _launch(t, config, root, j, published[version], 0, runner, difficulty_for(j))
 
     for iteration in range(start, config.iterations + 1):
         iteration_started, compiles_before = time.perf_counter(), compile_count()
-        launch_ready()
+        launch_ready(iteration)
         rollouts, scored = _collect(t, config, root, iteration, in_flight.pop(iteration), runner)
         guard.check(f"in iteration {iteration} after its rollouts were scored")
         updated = t["update"](config, root, iteration, previous, scored)
@@ -148,7 +148,7 @@ def _run(config: RunConfig, run_path: AnyPath, guard: PreemptionGuard, runner=No
         guard.check(f"in iteration {iteration} after its checkpoint was sealed")
         weights = t["publish"](config, root, previous)
         published[weights["version"]] = weights
-        launch_ready()  # the next iterations' rollouts start before this iteration's bookkeeping
+        launch_ready(iteration + 1)  # the next iterations' rollouts start before this iteration's bookkeeping
         metrics = _iteration_metrics(iteration, rollouts, scored, updated, weights,
                                      time.perf_counter() - iteration_started, compile_count() - compiles_before)
         rundir.write_record(run_path, "metrics", iteration, metrics)
