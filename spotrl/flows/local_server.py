@@ -26,7 +26,8 @@ _PR_SET_PDEATHSIG = 1
 # ~0.25 CPU-s per iteration of the default config on 2 cores, which at equal priority took a core
 # from XLA's thread pool and stretched the train step (benchmarks/README.md, overhead.py). At a lower
 # priority it catches up in the idle moments; nothing is dropped, only delayed.
-SERVER_NICE = 10
+# SPOTRL_SERVER_NICE=0 runs it at the parent's priority.
+SERVER_NICE = int(os.environ.get("SPOTRL_SERVER_NICE", "10"))
 
 
 def _free_port() -> int:
