@@ -22,12 +22,6 @@ import sys
 import time
 
 _PR_SET_PDEATHSIG = 1
-# The server records every task-run state change (events, logs) while the run's JAX threads compute:
-# ~0.25 CPU-s per iteration of the default config on 2 cores, which at equal priority took a core
-# from XLA's thread pool and stretched the train step (benchmarks/README.md, overhead.py). At a lower
-# priority it catches up in the idle moments; nothing is dropped, only delayed.
-# SPOTRL_SERVER_NICE=0 runs it at the parent's priority.
-SERVER_NICE = int(os.environ.get("SPOTRL_SERVER_NICE", "10"))
 
 
 def _free_port() -> int:
@@ -109,17 +103,13 @@ def stop(process: subprocess.Popen | None) -> None:
 
 
 def _launch(parent_pid: int, command: list[str]) -> None:
-    """Arrange SIGTERM on the parent's death, lower the priority, then become `command`."""
+    """Arrange SIGTERM on the parent's death, then become `command`."""
     if sys.platform.startswith("linux"):
         libc = ctypes.CDLL(None, use_errno=True)
         if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
             raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
     if os.getppid() != parent_pid:  # the parent died before the death signal was armed
         sys.exit(1)
-    try:
-        os.nice(SERVER_NICE)
-    except OSError:  # not permitted here: run at the parent's priority
-        pass
     os.execv(command[0], command)
 
 
