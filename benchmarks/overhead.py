@@ -4,8 +4,9 @@
 
 Both run the default config (configs/tiny.yaml, `iterations` set to --iterations) from scratch in
 a run directory of their own, each in a fresh child process:
-  flow  `spotrl.flows.train.train`, the Prefect flow `spotrl train` runs (a local ephemeral Prefect
-        server; every stage a cached, persisted, retryable task, rollouts mapped over shards);
+  flow  `spotrl.flows.train.train`, the Prefect flow, run as `spotrl train` runs it: under the
+        private local Prefect server it starts (flows/local_server.py) and its default log level
+        (WARNING); every stage a cached, persisted, retryable task, rollouts mapped over shards;
   loop  the same stage functions called directly (`stages.<name>.fn`, the bodies of those tasks),
         one after another, writing the same run directory: no Prefect at all.
 An iteration's time is the flow's own `seconds` metric (rollout, reward, update, checkpoint,
@@ -43,10 +44,12 @@ def _config(iterations: int):
 
 def run_flow(run_dir: str, iterations: int) -> dict:
     from spotrl.flows import rundir
+    from spotrl.flows.local_server import local_api_server
     from spotrl.flows.train import train
 
     started = time.perf_counter()
-    result = train(config=_config(iterations), run_dir=run_dir)
+    with local_api_server():  # the server `spotrl train` starts (flows/local_server.py)
+        result = train(config=_config(iterations), run_dir=run_dir)
     metrics = rundir.read_records(Path(run_dir), "metrics")
     return {"iteration_seconds": [m["seconds"] for m in metrics], "total_seconds": time.perf_counter() - started,
             "compilations": [m["timing"]["compilations"] for m in metrics], "weights_sha256": result["weights_sha256"]}
@@ -106,6 +109,7 @@ def main() -> None:
         # a private Prefect home: the ephemeral server and its database start fresh, as on a new machine
         os.environ.setdefault("PREFECT_HOME", str(Path(tmp) / "prefect-home"))
         os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+        os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")  # `spotrl train`'s default (cli.py)
         results = {}
         for mode in ("loop", "flow"):
             started = time.perf_counter()
