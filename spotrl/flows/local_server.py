@@ -54,6 +54,13 @@ def _wait_healthy(process: subprocess.Popen, url: str, timeout: float) -> None:
     raise RuntimeError(f"the local Prefect server at {url} was not healthy after {timeout:.0f} s")
 
 
+# Services a private server of one local flow run has no use for (schedules, deployments' late runs,
+# workers' heartbeats, automations, clean-ups); each wakes up periodically on the cores the run
+# trains on. The task-run recorder and event persister stay: they are what the UI shows.
+_IDLE_SERVICES = ("SCHEDULER", "LATE_RUNS", "FOREMAN", "PAUSE_EXPIRATIONS", "REPOSSESSOR", "CLEANUP_RECONCILER",
+                  "TRIGGERS", "CANCELLATION_CLEANUP")
+
+
 @contextlib.contextmanager
 def local_api_server(timeout: float = 120.0):
     """Point Prefect at a private server for the duration; yields the server's process (None if shared)."""
@@ -65,7 +72,8 @@ def local_api_server(timeout: float = 120.0):
     port = _free_port()
     url = f"http://127.0.0.1:{port}/api"
     env = {**os.environ, **get_current_settings().to_environment_variables(exclude_unset=True),
-           "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1"}
+           "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1",
+           **{f"PREFECT_SERVER_SERVICES_{name}_ENABLED": "false" for name in _IDLE_SERVICES}}
     command = [sys.executable, "-m", "spotrl.flows.local_server", str(os.getpid()), "--", *_server_command(port)]
     process = subprocess.Popen(command, env=env)
     try:
