@@ -56,6 +56,26 @@ def prefect_harness():
         yield
 
 
+def _retry_unavailable_transport():
+    import httpx
+
+    class RetryUnavailable(httpx.HTTPTransport):
+        """Retries a 503: the server answers it while SQLite is locked by its own writers (as
+        Prefect's client does for its API calls; a CI run once failed on one create_flow_run)."""
+
+        def handle_request(self, request):
+            for delay in (0.5, 1, 2, 4):
+                response = super().handle_request(request)
+                if response.status_code != 503:
+                    return response
+                response.read()
+                response.close()
+                time.sleep(delay)
+            return super().handle_request(request)
+
+    return RetryUnavailable()
+
+
 class PrefectServer:
     """A real local Prefect server (SQLite) with the `spotrl` process pool, the deployments of
     deployments/prefect.yaml (and their triggers) applied, and one process worker that polls every
@@ -75,7 +95,7 @@ class PrefectServer:
                         PREFECT_WORKER_QUERY_SECONDS="1", PREFECT_WORKER_PREFETCH_SECONDS="1")
         self.env.pop("PREFECT_RESULTS_LOCAL_STORAGE_PATH", None)
         self.prefect = str(Path(sys.executable).parent / "prefect")
-        self.api = httpx.Client(base_url=self.url, timeout=30)
+        self.api = httpx.Client(base_url=self.url, timeout=30, transport=_retry_unavailable_transport())
         self._procs: list[subprocess.Popen] = []
         self._spawn("server", base, "server", "start", "--host", "127.0.0.1", "--port", str(port))
 
