@@ -14,6 +14,7 @@ import contextlib
 import time
 
 from prefect import flow, unmapped
+from prefect.utilities.annotations import quote
 
 from spotrl.flows import rundir
 from spotrl.flows.config import RunConfig
@@ -35,6 +36,16 @@ def _configured(run_dir: AnyPath, refresh: bool = False):
     storage = result_storage(run_dir / "prefect-results")
     names = ("curate", "warm_start", "rollout", "reward", "update", "checkpoint", "publish", "evaluate", "difficulty")
     return {name: getattr(stages, name).with_options(result_storage=storage, refresh_cache=refresh) for name in names}
+
+
+def _task_input(config: RunConfig) -> quote:
+    """The config as a task argument the engine passes through as is.
+
+    Unwrapped, Prefect walks the nested config twice on every task call, looking for futures to
+    wait on (~3 ms of the ~10 ms a task run costs the flow; measured in benchmarks/README.md). The
+    task still receives the RunConfig and its cache key is computed from it, the same as unwrapped.
+    """
+    return quote(config)
 
 
 class AttemptsExhausted(RuntimeError):
@@ -90,19 +101,20 @@ def _run(config: RunConfig, run_path: AnyPath, guard: PreemptionGuard, runner=No
     for note in point.notes:
         _log(f"recovery: {note}")
     t = _configured(run_path, refresh=point.refresh)
+    c = _task_input(config)
 
     if point.iteration is None:
-        data = t["curate"](config, root)
-        initial = t["warm_start"](config, root, data)
+        data = t["curate"](c, root)
+        initial = t["warm_start"](c, root, data)
         _log(f"warm start: {initial['steps']} supervised steps, greedy accuracy {initial['greedy_accuracy']:.1%}")
-        previous = t["checkpoint"](config, root, initial)
-        weights = t["publish"](config, root, previous)
+        previous = t["checkpoint"](c, root, initial)
+        weights = t["publish"](c, root, previous)
         _evaluate(t, config, root, weights, 0)
         start = 1
     else:
         _log(f"resuming after iteration {point.iteration} (sealed checkpoint {point.checkpoint['sha256'][:12]})")
         previous = point.checkpoint
-        weights = point.weights or _configured(run_path, refresh=True)["publish"](config, root, previous)
+        weights = point.weights or _configured(run_path, refresh=True)["publish"](c, root, previous)
         start = point.iteration + 1
     guard.check("after the warm start")
 
@@ -124,7 +136,7 @@ def _run(config: RunConfig, run_path: AnyPath, guard: PreemptionGuard, runner=No
             return None
         e = 1 + (j - 1) // d.every * d.every
         if e not in estimates:
-            estimates[e] = t["difficulty"](config, root, e, max(0, e - 1 - k))
+            estimates[e] = t["difficulty"](c, root, e, max(0, e - 1 - k))
             _log(f"difficulty before iteration {e}: {estimates[e]['stream_rows']} prompts in the stream "
                  f"({estimates[e]['never_solved']} never, {estimates[e]['always_solved']} always solved of "
                  f"{estimates[e]['estimated']} estimated)")
@@ -143,10 +155,10 @@ def _run(config: RunConfig, run_path: AnyPath, guard: PreemptionGuard, runner=No
         launch_ready(iteration)
         rollouts, scored = _collect(t, config, root, iteration, in_flight.pop(iteration), runner)
         guard.check(f"in iteration {iteration} after its rollouts were scored")
-        updated = t["update"](config, root, iteration, previous, scored)
-        previous = t["checkpoint"](config, root, updated)
+        updated = t["update"](c, root, iteration, previous, scored)
+        previous = t["checkpoint"](c, root, updated)
         guard.check(f"in iteration {iteration} after its checkpoint was sealed")
-        weights = t["publish"](config, root, previous)
+        weights = t["publish"](c, root, previous)
         published[weights["version"]] = weights
         launch_ready(iteration + 1)  # the next iterations' rollouts start before this iteration's bookkeeping
         metrics = _iteration_metrics(iteration, rollouts, scored, updated, weights,
@@ -167,7 +179,9 @@ def _run(config: RunConfig, run_path: AnyPath, guard: PreemptionGuard, runner=No
 def _launch(t, config: RunConfig, root: str, iteration: int, weights: dict, generation_round: int, runner=None,
             difficulty: dict | None = None):
     """Submit one round of rollouts (fanned out over shards) and their scoring; returns futures."""
-    parameters = {"config": unmapped(config), "run_dir": unmapped(root), "iteration": unmapped(iteration),
+    # Ray pickles the arguments with the quote still on (a bare tuple arrives): it gets the config as is.
+    parameters = {"config": unmapped(config if runner else _task_input(config)), "run_dir": unmapped(root),
+                  "iteration": unmapped(iteration),
                   "shard": range(config.rollout.shards), "weights": unmapped(weights),
                   "generation_round": unmapped(generation_round)}
     if difficulty is not None:
@@ -176,7 +190,7 @@ def _launch(t, config: RunConfig, root: str, iteration: int, weights: dict, gene
         sampled = t["rollout"].map(**parameters)
     else:
         sampled = runner.map(t["rollout"], parameters)
-    return sampled, t["reward"].map(unmapped(config), unmapped(root), sampled), weights, difficulty
+    return sampled, t["reward"].map(unmapped(_task_input(config)), unmapped(root), sampled), weights, difficulty
 
 
 def _collect(t, config: RunConfig, root: str, iteration: int, launched, runner=None) -> tuple[list[dict], list[dict]]:
@@ -196,7 +210,7 @@ def _collect(t, config: RunConfig, root: str, iteration: int, launched, runner=N
 
 
 def _evaluate(t, config: RunConfig, root: str, weights: dict, iteration: int) -> dict:
-    result = t["evaluate"](config, root, weights, iteration)
+    result = t["evaluate"](_task_input(config), root, weights, iteration)
     rundir.write_record(as_path(root), "eval", iteration, result)
     _log(f"eval after iteration {iteration} (weights v{weights['version']}): "
          f"pass@1 {result['pass_at_1']:.1%}  pass@{result['k']} {result['pass_at_k']:.1%}")
