@@ -1,6 +1,6 @@
 """Orchestration overhead: the train flow's iterations against the same work in a plain Python loop.
 
-    python benchmarks/overhead.py [--iterations 8] [--skip 2]
+    python benchmarks/overhead.py [--iterations 16] [--skip 2] [--repeats 2]
 
 Both run the default config (configs/tiny.yaml, `iterations` set to --iterations) from scratch in
 a run directory of their own, each in a fresh child process:
@@ -11,10 +11,11 @@ a run directory of their own, each in a fresh child process:
         one after another, writing the same run directory: no Prefect at all.
 An iteration's time is the flow's own `seconds` metric (rollout, reward, update, checkpoint,
 publish, metrics record; evaluation excluded), and the loop times the same span.
-prefect_overhead_fraction = (flow - loop) / flow on the mean iteration time, leaving out the first
-`--skip` iterations (jit compilation). Both runs must end with the same weights (same digest):
-the loop is the same work, not a shortcut. The flow's fixed cost per run (server start, flow-run
-creation) is reported apart, from the two processes' wall times before their first iteration.
+prefect_overhead_fraction = (flow - loop) / flow on the mean iteration time over all runs of each
+mode, leaving out the first `--skip` iterations of each (jit compilation). The modes run
+`--repeats` times each, interleaved (loop flow flow loop ...): this machine's speed drifts by up to
+~20% over minutes, more than the difference measured. Every run must end with the same weights
+(same digest): the loop is the same work, not a shortcut.
 
 The last line printed is one JSON object of the figures.
 """
@@ -51,8 +52,15 @@ def run_flow(run_dir: str, iterations: int) -> dict:
     with local_api_server():  # the server `spotrl train` starts (flows/local_server.py)
         result = train(config=_config(iterations), run_dir=run_dir)
     metrics = rundir.read_records(Path(run_dir), "metrics")
-    return {"iteration_seconds": [m["seconds"] for m in metrics], "total_seconds": time.perf_counter() - started,
-            "compilations": [m["timing"]["compilations"] for m in metrics], "weights_sha256": result["weights_sha256"]}
+    return {**_timings(metrics), "total_seconds": time.perf_counter() - started, "weights_sha256": result["weights_sha256"]}
+
+
+def _timings(metrics: list[dict]) -> dict:
+    """Per iteration: its wall time, the time inside the two big stage bodies (the same code in
+    both modes: what the rest of the iteration is compared with), and jit compilations."""
+    return {"iteration_seconds": [m["seconds"] for m in metrics],
+            "body_seconds": [m["timing"]["rollout_seconds"] + m["timing"]["update_seconds"] for m in metrics],
+            "compilations": [m["timing"]["compilations"] for m in metrics]}
 
 
 def run_loop(run_dir: str, iterations: int) -> dict:
@@ -66,7 +74,7 @@ def run_loop(run_dir: str, iterations: int) -> dict:
     config = _config(iterations)
     run_path = rundir.prepare(run_dir, config)
     root = str(run_path)
-    seconds, compilations = [], []
+    records = []
     with rundir.exclusive(run_path):
         data = stages.curate.fn(config, root)
         previous = stages.checkpoint.fn(config, root, stages.warm_start.fn(config, root, data))
@@ -83,18 +91,24 @@ def run_loop(run_dir: str, iterations: int) -> dict:
             metrics = _iteration_metrics(iteration, rollouts, scored, updated, weights,
                                          time.perf_counter() - iteration_started, compile_count() - compiles_before)
             rundir.write_record(run_path, "metrics", iteration, metrics)
-            seconds.append(metrics["seconds"])
-            compilations.append(metrics["timing"]["compilations"])
+            records.append(metrics)
             if eval_due(config, iteration):
                 rundir.write_record(run_path, "eval", iteration, stages.evaluate.fn(config, root, weights, iteration))
-    return {"iteration_seconds": seconds, "total_seconds": time.perf_counter() - started,
-            "compilations": compilations, "weights_sha256": weights["sha256"]}
+    return {**_timings(records), "total_seconds": time.perf_counter() - started, "weights_sha256": weights["sha256"]}
+
+
+def _order(repeats: int) -> list[str]:
+    """loop, flow, flow, loop, ...: on a machine whose speed drifts over minutes (a shared VM), a
+    linear drift then weighs on both modes alike."""
+    pairs = [("loop", "flow") if r % 2 == 0 else ("flow", "loop") for r in range(repeats)]
+    return [mode for pair in pairs for mode in pair]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--iterations", type=int, default=8)
+    parser.add_argument("--iterations", type=int, default=16)
     parser.add_argument("--skip", type=int, default=2, help="first iterations left out (jit compilation)")
+    parser.add_argument("--repeats", type=int, default=2, help="runs of each mode, interleaved")
     parser.add_argument("--worker", choices=("flow", "loop"), help=argparse.SUPPRESS)
     parser.add_argument("--run-dir", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -105,41 +119,49 @@ def main() -> None:
     if args.iterations <= args.skip:
         parser.error("--iterations must be greater than --skip")
 
+    runs: dict[str, list[dict]] = {"loop": [], "flow": []}
     with tempfile.TemporaryDirectory() as tmp:
         # a private Prefect home: the ephemeral server and its database start fresh, as on a new machine
         os.environ.setdefault("PREFECT_HOME", str(Path(tmp) / "prefect-home"))
         os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
         os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")  # `spotrl train`'s default (cli.py)
-        results = {}
-        for mode in ("loop", "flow"):
+        for n, mode in enumerate(_order(args.repeats)):
             started = time.perf_counter()
-            results[mode] = run_child(__file__, "--worker", mode, "--run-dir", str(Path(tmp) / mode),
-                                      "--iterations", str(args.iterations))
-            results[mode]["process_seconds"] = time.perf_counter() - started
-    steady = {m: r["iteration_seconds"][args.skip:] for m, r in results.items()}
-    mean = {m: statistics.mean(s) for m, s in steady.items()}
+            run = run_child(__file__, "--worker", mode, "--run-dir", str(Path(tmp) / f"{mode}-{n}"),
+                            "--iterations", str(args.iterations))
+            run["process_seconds"] = time.perf_counter() - started
+            runs[mode].append(run)
+    steady = {m: [r["iteration_seconds"][args.skip:] for r in rs] for m, rs in runs.items()}
+    mean = {m: statistics.mean(x for s in ss for x in s) for m, ss in steady.items()}
+    body = {m: statistics.mean(x for r in rs for x in r["body_seconds"][args.skip:]) for m, rs in runs.items()}
     fraction = (mean["flow"] - mean["loop"]) / mean["flow"]
-    same = results["flow"]["weights_sha256"] == results["loop"]["weights_sha256"]
-    print(f"default config, {args.iterations} iterations, first {args.skip} left out; {os.cpu_count()} CPUs")
+    per_pair = [(f_ - l_) / f_ for f_, l_ in zip(*(map(statistics.mean, steady[m]) for m in ("flow", "loop")))]
+    digests = {r["weights_sha256"] for rs in runs.values() for r in rs}
+    print(f"default config, {args.iterations} iterations, first {args.skip} left out, {args.repeats} runs of each "
+          f"mode in the order {' '.join(_order(args.repeats))}; {os.cpu_count()} CPUs")
     for m in ("loop", "flow"):
-        s = steady[m]
-        print(f"  {m}: iteration mean {mean[m]:.3f} s (min {min(s):.3f}, max {max(s):.3f}); "
-              f"process {results[m]['process_seconds']:.1f} s, run {results[m]['total_seconds']:.1f} s; "
-              f"jit compilations per iteration {results[m]['compilations']}")
+        for r, s in zip(runs[m], steady[m]):
+            print(f"  {m}: iteration mean {statistics.mean(s):.3f} s (min {min(s):.3f}, max {max(s):.3f}); process "
+                  f"{r['process_seconds']:.1f} s; jit compilations per iteration {r['compilations']}")
     print(f"  Prefect overhead per iteration: {mean['flow'] - mean['loop']:+.3f} s = {fraction:.1%} of the flow's "
-          f"iteration time; same final weights: {same} ({results['flow']['weights_sha256'][:16]}...)")
+          f"iteration time (per pair: {', '.join(f'{x:.1%}' for x in per_pair)}); "
+          f"same final weights in every run: {len(digests) == 1}")
+    print(f"  of which inside the rollout and update bodies (the same code): loop {body['loop']:.3f} s, flow "
+          f"{body['flow']:.3f} s; the rest of the iteration: loop {mean['loop'] - body['loop']:.3f} s, flow "
+          f"{mean['flow'] - body['flow']:.3f} s")
     figures = {
         "prefect_overhead_fraction": round(fraction, 4),
+        "prefect_overhead_fraction_per_pair": [round(x, 4) for x in per_pair],
         "flow_iteration_s": round(mean["flow"], 4), "loop_iteration_s": round(mean["loop"], 4),
-        "flow_iteration_s_all": [round(x, 3) for x in results["flow"]["iteration_seconds"]],
-        "loop_iteration_s_all": [round(x, 3) for x in results["loop"]["iteration_seconds"]],
-        "flow_process_s": round(results["flow"]["process_seconds"], 1),
-        "loop_process_s": round(results["loop"]["process_seconds"], 1),
-        "flow_fixed_extra_s": round(results["flow"]["process_seconds"] - results["loop"]["process_seconds"]
-                                    - (sum(results["flow"]["iteration_seconds"]) - sum(results["loop"]["iteration_seconds"])), 1),
-        "flow_compilations_per_iteration": results["flow"]["compilations"],
-        "loop_compilations_per_iteration": results["loop"]["compilations"],
-        "same_weights": same, "weights_sha256": results["flow"]["weights_sha256"], "iterations": args.iterations,
+        "flow_body_s": round(body["flow"], 4), "loop_body_s": round(body["loop"], 4),
+        "flow_iteration_s_all": [[round(x, 3) for x in r["iteration_seconds"]] for r in runs["flow"]],
+        "loop_iteration_s_all": [[round(x, 3) for x in r["iteration_seconds"]] for r in runs["loop"]],
+        "flow_process_s": [round(r["process_seconds"], 1) for r in runs["flow"]],
+        "loop_process_s": [round(r["process_seconds"], 1) for r in runs["loop"]],
+        "flow_compilations_per_iteration": runs["flow"][0]["compilations"],
+        "loop_compilations_per_iteration": runs["loop"][0]["compilations"],
+        "same_weights": len(digests) == 1, "weights_sha256": sorted(digests),
+        "iterations": args.iterations, "repeats": args.repeats, "order": _order(args.repeats),
     }
     print(json.dumps(figures))
 
