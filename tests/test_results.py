@@ -1,0 +1,57 @@
+"""Result storage for the stage tasks: a saved block per run directory (storage/results.py)."""
+
+from pathlib import Path
+
+import pytest
+from prefect import flow, task
+from prefect.filesystems import LocalFileSystem
+
+from spotrl.storage.results import RunResultStorage, result_storage
+
+
+def test_keys_resolve_where_prefects_local_filesystem_puts_them(tmp_path):
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")  # resolved once, at construction
+    ours = RunResultStorage(basepath=str((tmp_path / "link" / "prefect-results").resolve()))
+    prefects = LocalFileSystem(basepath=str(tmp_path / "link" / "prefect-results"))
+    for key in ("0f3a9c", "sub/0f3a9c"):
+        assert ours._resolve_path(key) == prefects._resolve_path(key)
+    assert ours._resolve_path(None) == prefects._resolve_path(None)
+    ours.write_path("0f3a9c", b"record")
+    assert prefects.read_path("0f3a9c") == b"record"
+    assert (tmp_path / "real" / "prefect-results" / "0f3a9c").read_bytes() == b"record"
+
+
+@pytest.mark.parametrize("key", ["../escaped", "/etc/passwd", "a/../../escaped", "."])
+def test_a_key_outside_the_directory_is_refused(tmp_path, key):
+    storage = RunResultStorage(basepath=str(tmp_path / "prefect-results"))
+    with pytest.raises(ValueError, match="outside of the base path"):
+        storage.write_path(key, b"x")
+    assert not (tmp_path / "escaped").exists()
+
+
+calls = []
+
+
+@task(persist_result=True, cache_key_fn=lambda context, parameters: f"double-{parameters['x']}")
+def double(x: int) -> int:
+    calls.append(x)
+    return 2 * x
+
+
+def test_a_flow_persists_under_the_run_directory_and_reuses_the_result(prefect_harness, tmp_path):
+    run = tmp_path / "run"
+    storage = result_storage(run / "prefect-results")
+    assert isinstance(storage, RunResultStorage) and storage._block_document_id is not None  # saved
+    assert result_storage(run / "prefect-results")._block_document_id == storage._block_document_id
+
+    @flow
+    def twice() -> list[int]:
+        doubled = double.with_options(result_storage=storage)
+        return [doubled(21), doubled(21)]
+
+    calls.clear()
+    assert twice() == [42, 42]
+    assert calls == [21]  # the second call was a cache hit, read back from the run directory
+    assert [p.name for p in (run / "prefect-results").iterdir()] == ["double-21"]
+    assert twice() == [42, 42] and calls == [21]  # a new flow run: still the cached result
