@@ -1,21 +1,24 @@
 """Orchestration overhead: the train flow's iterations against the same work in a plain Python loop.
 
-    python benchmarks/overhead.py [--iterations 16] [--skip 2] [--repeats 2]
+    python benchmarks/overhead.py [--iterations 16] [--skip 2] [--repeats 4]
 
-Both run the default config (configs/tiny.yaml, `iterations` set to --iterations) from scratch in
-a run directory of their own, each in a fresh child process:
+The default config (configs/tiny.yaml, `iterations` set to --iterations). Its warm start is made
+once (curate, supervised warm start, checkpoint and weights 0, evaluation 0); every measured run
+starts from it in a run directory of its own (`seed_from_warm_start`, what `spotrl train
+--warm-start-from` does), in a fresh child process:
   flow  `spotrl.flows.train.train`, the Prefect flow, run as `spotrl train` runs it: under the
         private local Prefect server it starts (flows/local_server.py) and its default log level
         (WARNING); every stage a cached, persisted, retryable task, rollouts mapped over shards;
+        it resumes after iteration 0;
   loop  the same stage functions called directly (`stages.<name>.fn`, the bodies of those tasks),
-        one after another, writing the same run directory: no Prefect at all.
+        one after another from the same resume point, writing the same run directory: no Prefect.
 An iteration's time is the flow's own `seconds` metric (rollout, reward, update, checkpoint,
 publish, metrics record; evaluation excluded), and the loop times the same span.
 prefect_overhead_fraction = (flow - loop) / flow on the mean iteration time over all runs of each
 mode, leaving out the first `--skip` iterations of each (jit compilation). The modes run
 `--repeats` times each, interleaved (loop flow flow loop ...): this machine's speed drifts by up to
-~20% over minutes, more than the difference measured. Every run must end with the same weights
-(same digest): the loop is the same work, not a shortcut.
+~20% over minutes, more than the difference measured, so many short runs beat a few long ones.
+Every run must end with the same weights (same digest): the loop is the same work, not a shortcut.
 
 The last line printed is one JSON object of the figures.
 """
@@ -63,12 +66,27 @@ def _timings(metrics: list[dict]) -> dict:
             "compilations": [m["timing"]["compilations"] for m in metrics]}
 
 
+def make_warm_start(run_dir: str, iterations: int) -> dict:
+    """The prelude both modes share: the flow's first stages, called directly."""
+    from spotrl.flows import rundir
+    from spotrl.tasks import stages
+
+    config = _config(iterations)
+    root = str(rundir.prepare(run_dir, config))
+    with rundir.exclusive(Path(root)):
+        data = stages.curate.fn(config, root)
+        weights = stages.publish.fn(config, root, stages.checkpoint.fn(config, root, stages.warm_start.fn(config, root, data)))
+        rundir.write_record(Path(root), "eval", 0, stages.evaluate.fn(config, root, weights, 0))
+    return {"weights_sha256": weights["sha256"]}
+
+
 def run_loop(run_dir: str, iterations: int) -> dict:
     from spotrl.flows import rundir
-    from spotrl.flows.resume import eval_due
+    from spotrl.flows.resume import eval_due, find_resume_point
     from spotrl.flows.train import _iteration_metrics
     from spotrl.model.compiles import compile_count
     from spotrl.tasks import stages
+    from spotrl.tasks.context import get_context
 
     started = time.perf_counter()
     config = _config(iterations)
@@ -76,11 +94,10 @@ def run_loop(run_dir: str, iterations: int) -> dict:
     root = str(run_path)
     records = []
     with rundir.exclusive(run_path):
-        data = stages.curate.fn(config, root)
-        previous = stages.checkpoint.fn(config, root, stages.warm_start.fn(config, root, data))
-        weights = stages.publish.fn(config, root, previous)
-        rundir.write_record(run_path, "eval", 0, stages.evaluate.fn(config, root, weights, 0))
-        for iteration in range(1, iterations + 1):
+        ctx = get_context(root, config)
+        point = find_resume_point(run_path, config, ctx.checkpoints, ctx.weights)
+        previous, weights = point.checkpoint, point.weights
+        for iteration in range(point.iteration + 1, iterations + 1):
             iteration_started, compiles_before = time.perf_counter(), compile_count()
             rollouts = [stages.rollout.fn(config, root, iteration, shard, weights, 0)
                         for shard in range(config.rollout.shards)]
@@ -97,6 +114,12 @@ def run_loop(run_dir: str, iterations: int) -> dict:
     return {**_timings(records), "total_seconds": time.perf_counter() - started, "weights_sha256": weights["sha256"]}
 
 
+def _seeded(run_dir: str, iterations: int, warm_start: str) -> None:
+    from spotrl.flows.resume import seed_from_warm_start
+
+    seed_from_warm_start(Path(run_dir), _config(iterations), Path(warm_start))
+
+
 def _order(repeats: int) -> list[str]:
     """loop, flow, flow, loop, ...: on a machine whose speed drifts over minutes (a shared VM), a
     linear drift then weighs on both modes alike."""
@@ -108,11 +131,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--iterations", type=int, default=16)
     parser.add_argument("--skip", type=int, default=2, help="first iterations left out (jit compilation)")
-    parser.add_argument("--repeats", type=int, default=2, help="runs of each mode, interleaved")
-    parser.add_argument("--worker", choices=("flow", "loop"), help=argparse.SUPPRESS)
+    parser.add_argument("--repeats", type=int, default=4, help="runs of each mode, interleaved")
+    parser.add_argument("--worker", choices=("flow", "loop", "warm-start"), help=argparse.SUPPRESS)
     parser.add_argument("--run-dir", help=argparse.SUPPRESS)
+    parser.add_argument("--warm-start", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
+        if args.worker == "warm-start":
+            print(json.dumps(make_warm_start(args.run_dir, args.iterations)))
+            return
+        _seeded(args.run_dir, args.iterations, args.warm_start)
         run = run_flow if args.worker == "flow" else run_loop
         print(json.dumps(run(args.run_dir, args.iterations)))
         return
@@ -125,10 +153,12 @@ def main() -> None:
         os.environ.setdefault("PREFECT_HOME", str(Path(tmp) / "prefect-home"))
         os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
         os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")  # `spotrl train`'s default (cli.py)
+        warm_start = str(Path(tmp) / "warm-start")
+        run_child(__file__, "--worker", "warm-start", "--run-dir", warm_start, "--iterations", str(args.iterations))
         for n, mode in enumerate(_order(args.repeats)):
             started = time.perf_counter()
             run = run_child(__file__, "--worker", mode, "--run-dir", str(Path(tmp) / f"{mode}-{n}"),
-                            "--iterations", str(args.iterations))
+                            "--iterations", str(args.iterations), "--warm-start", warm_start)
             run["process_seconds"] = time.perf_counter() - started
             runs[mode].append(run)
     steady = {m: [r["iteration_seconds"][args.skip:] for r in rs] for m, rs in runs.items()}
@@ -144,7 +174,8 @@ def main() -> None:
             print(f"  {m}: iteration mean {statistics.mean(s):.3f} s (min {min(s):.3f}, max {max(s):.3f}); process "
                   f"{r['process_seconds']:.1f} s; jit compilations per iteration {r['compilations']}")
     print(f"  Prefect overhead per iteration: {mean['flow'] - mean['loop']:+.3f} s = {fraction:.1%} of the flow's "
-          f"iteration time (per pair: {', '.join(f'{x:.1%}' for x in per_pair)}); "
+          f"iteration time (per pair: {', '.join(f'{x:.1%}' for x in per_pair)}; median "
+          f"{statistics.median(per_pair):.1%}); "
           f"same final weights in every run: {len(digests) == 1}")
     print(f"  of which inside the rollout and update bodies (the same code): loop {body['loop']:.3f} s, flow "
           f"{body['flow']:.3f} s; the rest of the iteration: loop {mean['loop'] - body['loop']:.3f} s, flow "
@@ -152,6 +183,7 @@ def main() -> None:
     figures = {
         "prefect_overhead_fraction": round(fraction, 4),
         "prefect_overhead_fraction_per_pair": [round(x, 4) for x in per_pair],
+        "prefect_overhead_fraction_median_pair": round(statistics.median(per_pair), 4),
         "flow_iteration_s": round(mean["flow"], 4), "loop_iteration_s": round(mean["loop"], 4),
         "flow_body_s": round(body["flow"], 4), "loop_body_s": round(body["loop"], 4),
         "flow_iteration_s_all": [[round(x, 3) for x in r["iteration_seconds"]] for r in runs["flow"]],
