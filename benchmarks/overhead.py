@@ -20,12 +20,20 @@ mode, leaving out the first `--skip` iterations of each (jit compilation). The m
 ~20% over minutes, more than the difference measured, so many short runs beat a few long ones.
 Every run must end with the same weights (same digest): the loop is the same work, not a shortcut.
 
+The five stage bodies of an iteration are timed in both modes (the worker wraps `stages.<name>.fn`),
+which splits the overhead in two:
+  engine      time outside the stage bodies, flow minus loop: Prefect's task-run machinery (cache
+              key and lookup, state events, result persistence, futures) between the bodies;
+  contention  time inside the stage bodies, flow minus loop: the same code slowed by what else runs
+              on the cores meanwhile (the local server recording the task runs, the event threads).
+
 The last line printed is one JSON object of the figures.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -58,11 +66,39 @@ def run_flow(run_dir: str, iterations: int) -> dict:
     return {**_timings(metrics), "total_seconds": time.perf_counter() - started, "weights_sha256": result["weights_sha256"]}
 
 
+STAGES = ("rollout", "reward", "update", "checkpoint", "publish")  # an iteration's, in order (1 shard)
+_body_seconds: list[tuple[str, float]] = []
+
+
+def _timed(name: str, body):
+    @functools.wraps(body)  # same signature and source for Prefect: same parameters, same cache keys
+    def timed(*args, **kwargs):
+        started = time.perf_counter()
+        try:
+            return body(*args, **kwargs)
+        finally:
+            _body_seconds.append((name, time.perf_counter() - started))
+    return timed
+
+
+def time_stage_bodies() -> None:
+    """In this worker process, record how long each call of an iteration's stage bodies takes."""
+    from spotrl.tasks import stages
+
+    for name in STAGES:
+        getattr(stages, name).fn = _timed(name, getattr(stages, name).fn)
+
+
 def _timings(metrics: list[dict]) -> dict:
-    """Per iteration: its wall time, the time inside the two big stage bodies (the same code in
-    both modes: what the rest of the iteration is compared with), and jit compilations."""
+    """Per iteration: its wall time, the time inside its five stage bodies (the same code in both
+    modes), and jit compilations."""
+    names = [name for name, _ in _body_seconds]
+    if names != list(STAGES) * len(metrics):
+        raise RuntimeError(f"expected {len(metrics)} iterations of the stages {STAGES} one after another (the "
+                           f"default config: 1 rollout shard, no dynamic sampling); the bodies ran as {names}")
+    seconds = [s for _, s in _body_seconds]
     return {"iteration_seconds": [m["seconds"] for m in metrics],
-            "body_seconds": [m["timing"]["rollout_seconds"] + m["timing"]["update_seconds"] for m in metrics],
+            "body_seconds": [sum(seconds[i:i + len(STAGES)]) for i in range(0, len(seconds), len(STAGES))],
             "compilations": [m["timing"]["compilations"] for m in metrics]}
 
 
@@ -141,6 +177,7 @@ def main() -> None:
             print(json.dumps(make_warm_start(args.run_dir, args.iterations)))
             return
         _seeded(args.run_dir, args.iterations, args.warm_start)
+        time_stage_bodies()
         run = run_flow if args.worker == "flow" else run_loop
         print(json.dumps(run(args.run_dir, args.iterations)))
         return
@@ -163,9 +200,15 @@ def main() -> None:
             runs[mode].append(run)
     steady = {m: [r["iteration_seconds"][args.skip:] for r in rs] for m, rs in runs.items()}
     mean = {m: statistics.mean(x for s in ss for x in s) for m, ss in steady.items()}
-    body = {m: statistics.mean(x for r in rs for x in r["body_seconds"][args.skip:]) for m, rs in runs.items()}
+    bodies = {m: [r["body_seconds"][args.skip:] for r in rs] for m, rs in runs.items()}
+    body = {m: statistics.mean(x for s in ss for x in s) for m, ss in bodies.items()}
     fraction = (mean["flow"] - mean["loop"]) / mean["flow"]
-    per_pair = [(f_ - l_) / f_ for f_, l_ in zip(*(map(statistics.mean, steady[m]) for m in ("flow", "loop")))]
+    engine = ((mean["flow"] - body["flow"]) - (mean["loop"] - body["loop"])) / mean["flow"]
+    contention = (body["flow"] - body["loop"]) / mean["flow"]
+    pairs = list(zip(*([(statistics.mean(i), statistics.mean(b)) for i, b in zip(steady[m], bodies[m])]
+                       for m in ("flow", "loop"))))
+    per_pair = [(f_ - l_) / f_ for (f_, _), (l_, _) in pairs]
+    engine_per_pair = [((f_ - fb) - (l_ - lb)) / f_ for (f_, fb), (l_, lb) in pairs]
     digests = {r["weights_sha256"] for rs in runs.values() for r in rs}
     print(f"default config, {args.iterations} iterations, first {args.skip} left out, {args.repeats} runs of each "
           f"mode in the order {' '.join(_order(args.repeats))}; {os.cpu_count()} CPUs")
@@ -177,13 +220,18 @@ def main() -> None:
           f"iteration time (per pair: {', '.join(f'{x:.1%}' for x in per_pair)}; median "
           f"{statistics.median(per_pair):.1%}); "
           f"same final weights in every run: {len(digests) == 1}")
-    print(f"  of which inside the rollout and update bodies (the same code): loop {body['loop']:.3f} s, flow "
-          f"{body['flow']:.3f} s; the rest of the iteration: loop {mean['loop'] - body['loop']:.3f} s, flow "
-          f"{mean['flow'] - body['flow']:.3f} s")
+    print(f"  engine (outside the five stage bodies): loop {mean['loop'] - body['loop']:.3f} s, flow "
+          f"{mean['flow'] - body['flow']:.3f} s = {engine:.1%} (per pair: "
+          f"{', '.join(f'{x:.1%}' for x in engine_per_pair)})")
+    print(f"  contention (inside the stage bodies, the same code): loop {body['loop']:.3f} s, flow {body['flow']:.3f} s"
+          f" = {contention:.1%}")
     figures = {
         "prefect_overhead_fraction": round(fraction, 4),
         "prefect_overhead_fraction_per_pair": [round(x, 4) for x in per_pair],
         "prefect_overhead_fraction_median_pair": round(statistics.median(per_pair), 4),
+        "prefect_engine_fraction": round(engine, 4),
+        "prefect_engine_fraction_per_pair": [round(x, 4) for x in engine_per_pair],
+        "contention_fraction": round(contention, 4),
         "flow_iteration_s": round(mean["flow"], 4), "loop_iteration_s": round(mean["loop"], 4),
         "flow_body_s": round(body["flow"], 4), "loop_body_s": round(body["loop"], 4),
         "flow_iteration_s_all": [[round(x, 3) for x in r["iteration_seconds"]] for r in runs["flow"]],
