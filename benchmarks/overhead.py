@@ -3,7 +3,8 @@
     python benchmarks/overhead.py [--iterations 16] [--skip 2] [--repeats 4]
 
 The default config (configs/tiny.yaml, `iterations` set to --iterations). Its warm start is made
-once (curate, supervised warm start, checkpoint and weights 0, evaluation 0); every measured run
+once, by the flow with `iterations=0` (curate, supervised warm start, checkpoint and weights 0,
+evaluation 0); every measured run
 starts from it in a run directory of its own (`seed_from_warm_start`, what `spotrl train
 --warm-start-from` does), in a fresh child process:
   flow  `spotrl.flows.train.train`, the Prefect flow, run as `spotrl train` runs it: under the
@@ -102,20 +103,6 @@ def _timings(metrics: list[dict]) -> dict:
             "compilations": [m["timing"]["compilations"] for m in metrics]}
 
 
-def make_warm_start(run_dir: str, iterations: int) -> dict:
-    """The prelude both modes share: the flow's first stages, called directly."""
-    from spotrl.flows import rundir
-    from spotrl.tasks import stages
-
-    config = _config(iterations)
-    root = str(rundir.prepare(run_dir, config))
-    with rundir.exclusive(Path(root)):
-        data = stages.curate.fn(config, root)
-        weights = stages.publish.fn(config, root, stages.checkpoint.fn(config, root, stages.warm_start.fn(config, root, data)))
-        rundir.write_record(Path(root), "eval", 0, stages.evaluate.fn(config, root, weights, 0))
-    return {"weights_sha256": weights["sha256"]}
-
-
 def run_loop(run_dir: str, iterations: int) -> dict:
     from spotrl.flows import rundir
     from spotrl.flows.resume import eval_due, find_resume_point
@@ -173,8 +160,8 @@ def main() -> None:
     parser.add_argument("--warm-start", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        if args.worker == "warm-start":
-            print(json.dumps(make_warm_start(args.run_dir, args.iterations)))
+        if args.worker == "warm-start":  # the flow itself, with no RL iterations (as benchmarks/algorithms.py)
+            print(json.dumps(run_flow(args.run_dir, 0)))
             return
         _seeded(args.run_dir, args.iterations, args.warm_start)
         time_stage_bodies()
@@ -191,7 +178,7 @@ def main() -> None:
         os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
         os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")  # `spotrl train`'s default (cli.py)
         warm_start = str(Path(tmp) / "warm-start")
-        run_child(__file__, "--worker", "warm-start", "--run-dir", warm_start, "--iterations", str(args.iterations))
+        run_child(__file__, "--worker", "warm-start", "--run-dir", warm_start)
         for n, mode in enumerate(_order(args.repeats)):
             started = time.perf_counter()
             run = run_child(__file__, "--worker", mode, "--run-dir", str(Path(tmp) / f"{mode}-{n}"),
