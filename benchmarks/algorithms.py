@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from spotrl.chaos import read_jsonl, run_attempt, train_command  # noqa: E402
-from spotrl.flows.config import ALGORITHMS  # noqa: E402
+from spotrl.config import ALGORITHMS  # noqa: E402
 from spotrl.flows.preemption import EXIT_PREEMPTED  # noqa: E402
 
 
@@ -58,7 +58,7 @@ def _train_for(run_dir: Path, overrides: list[str], warm_dir: Path, budget: floa
 
 
 def _evaluate(run_dir: Path, env: dict) -> dict:
-    result = subprocess.run([sys.executable, "-m", "spotrl.flows.cli", "eval", "--run-dir", str(run_dir), "--json"],
+    result = subprocess.run([sys.executable, "-m", "spotrl", "eval", "--run-dir", str(run_dir), "--json"],
                             env=env, capture_output=True, text=True, check=True)
     return json.loads(result.stdout.strip().splitlines()[-1])
 

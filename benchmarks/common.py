@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 
-from spotrl.model.config import ModelConfig
+from spotrl.config import ModelConfig
 
 # Qwen2-shaped (q/k/v biases), vocab 512, hidden 256, MLP 768, 4 layers, 8 heads, 2 KV heads, tied, float32
 CONFIG = ModelConfig(vocab_size=512, hidden_size=256, intermediate_size=768, num_layers=4, num_heads=8,

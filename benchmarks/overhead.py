@@ -50,7 +50,7 @@ from common import run_child  # noqa: E402
 
 
 def _config(iterations: int):
-    from spotrl.flows.config import RunConfig
+    from spotrl.config import RunConfig
 
     return RunConfig(iterations=iterations)
 

@@ -30,8 +30,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-TINY = ["model.hidden_size=32", "model.intermediate_size=64", "model.num_layers=2", "task.train_size=2000",
-        "task.eval_size=40", "warmstart.max_steps=20", "rollout.prompts_per_iteration=8", "rollout.group_size=4",
+TINY = ["model.hidden_size=32", "model.intermediate_size=64", "model.num_layers=2", "problem.train_size=2000",
+        "problem.eval_size=40", "warmstart.max_steps=20", "rollout.prompts_per_iteration=8", "rollout.group_size=4",
         "rollout.shards=2", "algorithm.minibatches=2", "eval.n=4", "eval.k=2", "eval.prompts=16"]
 
 

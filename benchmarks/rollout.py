@@ -37,8 +37,8 @@ from common import time_best as _time
 from flax import nnx
 
 from spotrl.model.compiles import CompileCounter
-from spotrl.model.export import export_checkpoint
-from spotrl.model.sampler import SamplingParams, generate, generate_groups
+from spotrl.model.hf.export import export_checkpoint
+from spotrl.rollout.sampler import SamplingParams, generate, generate_groups
 from spotrl.model.transformer import Transformer
 
 WORKLOADS = {"a": dict(prompts=16, group=8, prompt_len=64, new=64), "b": dict(prompts=4, group=16, prompt_len=384, new=32)}

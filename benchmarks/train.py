@@ -46,8 +46,8 @@ from common import CONFIG, run_child, time_best
 from flax import nnx
 
 from spotrl.model.compiles import CompileCounter
-from spotrl.model.export import export_checkpoint
-from spotrl.model.train_step import LossSpec, RLBatch, build_rl_step, build_sft_step, make_optimizer
+from spotrl.model.hf.export import export_checkpoint
+from spotrl.rl.train_step import LossSpec, RLBatch, build_rl_step, build_sft_step, make_optimizer
 from spotrl.model.transformer import Transformer
 
 BATCH, SEQ, COMPLETION = 32, 128, 64

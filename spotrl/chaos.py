@@ -65,7 +65,7 @@ class Attempt:
 
 def train_command(run_dir: Path, overrides: list[str], extra_args: list[str] = ()) -> list[str]:
     sets = [arg for item in overrides for arg in ("--set", item)]
-    return [sys.executable, "-m", "spotrl.flows.cli", "train", "--run-dir", str(run_dir), *sets, *extra_args]
+    return [sys.executable, "-m", "spotrl", "train", "--run-dir", str(run_dir), *sets, *extra_args]
 
 
 def run_attempt(run_dir: Path, overrides: list[str], kill: Kill | None = None, env: dict | None = None,

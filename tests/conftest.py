@@ -21,15 +21,15 @@ os.environ.pop("PREFECT_API_URL", None)
 
 import pytest  # noqa: E402
 
-from spotrl.flows.config import build_config  # noqa: E402
+from spotrl.configs import build_config  # noqa: E402
 
 TINY_OVERRIDES = [
     "iterations=2",
     "model.hidden_size=32",
     "model.intermediate_size=64",
     "model.num_layers=2",
-    "task.train_size=2000",
-    "task.eval_size=40",
+    "problem.train_size=2000",
+    "problem.eval_size=40",
     "warmstart.max_steps=20",
     "warmstart.check_prompts=32",
     "rollout.prompts_per_iteration=8",

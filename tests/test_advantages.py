@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from spotrl.model.advantages import (
+from spotrl.rl.advantages import (
     ADVANTAGE_ESTIMATORS,
     discounted_returns,
     gae,

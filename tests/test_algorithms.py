@@ -6,7 +6,6 @@ after iteration 0 and runs only RL. The prompt set is small and fixed (32 prompt
 every iteration), so improvement shows in a few iterations instead of hundreds.
 """
 
-import shutil
 
 import numpy as np
 import pandas as pd
@@ -14,14 +13,15 @@ import pytest
 
 from spotrl.chaos import read_jsonl
 from spotrl.flows import rundir
-from spotrl.flows.config import ALGORITHMS, build_config
+from spotrl.config import ALGORITHMS
+from spotrl.configs import build_config
 from spotrl.flows.resume import seed_from_warm_start
 from spotrl.tasks.stages import _training_batch
 
 ITERATIONS = 14
 BASE = [
     "model.hidden_size=64", "model.intermediate_size=128", "model.num_layers=2",
-    "task.min_digits=1", "task.max_digits=2", "task.train_size=32", "task.eval_size=16",
+    "problem.min_digits=1", "problem.max_digits=2", "problem.train_size=32", "problem.eval_size=16",
     "warmstart.check_prompts=32", "warmstart.batch_size=32",
     "rollout.prompts_per_iteration=32", "rollout.group_size=8", "algorithm.minibatches=2",
     "eval.n=4", "eval.k=2", "eval.prompts=16", "optimizer.learning_rate=1e-3",

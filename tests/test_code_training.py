@@ -7,16 +7,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from spotrl.flows.config import build_config
+from spotrl.configs import build_config
 from spotrl.storage.parquet import read_frame
 from spotrl.storage.rollouts import find_shard, write_shard
 
 CODE_OVERRIDES = [
-    "task.name=code", "model.vocab_size=100", "task.train_size=16", "task.eval_size=4",
+    "problem.name=code", "model.vocab_size=100", "problem.train_size=16", "problem.eval_size=4",
     "rollout.max_new_tokens=104",  # the longest reference solution takes 103 tokens with EOS
     "rollout.prompts_per_iteration=4", "rollout.group_size=2", "rollout.shards=1", "algorithm.minibatches=1",
     "warmstart.max_steps=2", "warmstart.check_every=10", "warmstart.check_prompts=2",  # no greedy check: 1 compile less
-    "eval.prompts=2", "eval.n=2", "eval.k=2", "task.verify_workers=2",
+    "eval.prompts=2", "eval.n=2", "eval.k=2", "problem.verify_workers=2",
 ]
 
 
@@ -30,7 +30,7 @@ def test_code_task_trains_end_to_end_with_sandbox_rewards(prefect_harness, tmp_p
     from spotrl.flows import rundir
     from spotrl.flows.train import train
     from spotrl.rewards.code import extract_code
-    from spotrl.rewards.sandbox import Sandbox
+    from spotrl.rewards.sandbox.runner import Sandbox
 
     run = tmp_path / "run"
     result = train(config=code_config, run_dir=str(run))
@@ -52,7 +52,7 @@ def test_code_task_trains_end_to_end_with_sandbox_rewards(prefect_harness, tmp_p
 
 
 def _shard(config, run, completions, stopped):
-    from spotrl.curation import codetask
+    from spotrl.problems import code as codetask
 
     train, _ = codetask.make_splits(0, 2, 1)
     meta = [json.loads(m) for m in train["metadata"]]
@@ -71,11 +71,11 @@ def test_reward_stage_scores_code_in_the_sandbox_and_never_scores_its_failure_0(
         prefect_harness, tmp_path, code_config, monkeypatch):
     from prefect import flow
 
-    from spotrl.curation.codetask import completion_text
-    from spotrl.rewards import sandbox as sandbox_module
+    from spotrl.problems.code import completion_text
+    from spotrl.rewards.sandbox import runner as sandbox_module
     from spotrl.tasks import stages
 
-    config = build_config(code_config.model_dump(mode="json"), ["rollout.group_size=4", "task.verify_workers=1"])
+    config = build_config(code_config.model_dump(mode="json"), ["rollout.group_size=4", "problem.verify_workers=1"])
     run = tmp_path / "run"
     reference = lambda m: completion_text(m["reference"])  # noqa: E731
     wrong = lambda m: f"```python\ndef {m['entry_point']}(*args):\n    return None\n```"  # noqa: E731

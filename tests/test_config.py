@@ -1,16 +1,16 @@
-from pathlib import Path
 
 import pytest
 import yaml
 
 from spotrl.flows import rundir
-from spotrl.flows.config import ConfigError, RunConfig, build_config, config_diff, load_config
+from spotrl.config import ConfigError, RunConfig, config_diff
+from spotrl.configs import PRESETS_DIR, build_config, load_config
 
-ROOT = Path(__file__).resolve().parents[1]
+
 
 
 def test_tiny_preset_is_the_default():
-    assert load_config(ROOT / "configs" / "tiny.yaml") == RunConfig()
+    assert load_config(PRESETS_DIR / "tiny.yaml") == RunConfig()
 
 
 @pytest.mark.parametrize(

@@ -8,8 +8,8 @@ import pytest
 
 from spotrl.curation.manifest import load_curated, read_manifest
 from spotrl.curation.pipeline import inputs_sha256
-from spotrl.flows.cli import main
-from spotrl.rewards import sandbox as sb
+from spotrl.cli.main import main
+from spotrl.rewards.sandbox import runner as sb
 
 MATH = [
     {"question": "Tom has 3 apples and buys 4 more. How many apples does he have now?", "final": 7},
@@ -95,8 +95,8 @@ def test_curate_is_deterministic_and_up_to_date(files, capsys):
     assert "curated ->" in first and "duplicates: 2 exact, 1 normalised" in first
     assert "contaminated: 1 (13-gram overlap" in first and "quarantined 5 rows" in first
     sha = read_manifest(out)["sha256"]
-    from spotrl.curation.cli import build_specs
-    from spotrl.flows.cli import _parser
+    from spotrl.cli.curate import build_specs
+    from spotrl.cli.main import _parser
 
     parsed = _parser().parse_args(["curate", str(files / "math.jsonl"), str(files / "trivia.csv"), str(files / "mbpp"),
                                    "--out", str(out), "--eval", str(files / "heldout.jsonl"), *MAPS, "--seed", "3"])

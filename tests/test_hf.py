@@ -21,9 +21,9 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from spotrl.model import hf  # noqa: E402
-from spotrl.model.config import ModelConfig, RopeScaling  # noqa: E402
-from spotrl.model.export import export_checkpoint  # noqa: E402
-from spotrl.model.sampler import SamplingParams, generate  # noqa: E402
+from spotrl.config import ModelConfig, RopeScaling  # noqa: E402
+from spotrl.model.hf.export import export_checkpoint  # noqa: E402
+from spotrl.rollout.sampler import SamplingParams, generate  # noqa: E402
 from spotrl.model.transformer import forward  # noqa: E402
 from hf_fixtures import randomize, torch_logits  # noqa: E402
 
@@ -160,10 +160,10 @@ def test_export_qwen2_tied_bfloat16(checkpoints, tmp_path):
 
 def test_cli_export_of_the_builtin_model(tmp_path):
     """`spotrl export` writes the built-in model and its character tokenizer; transformers loads both."""
-    from spotrl.flows.cli import main
-    from spotrl.flows.config import RunConfig
+    from spotrl.cli.main import main
+    from spotrl.config import RunConfig
     from spotrl.model.policy import Policy
-    from spotrl.model.tokenizer import CharTokenizer
+    from spotrl.model.tokenizers import CharTokenizer
     from spotrl.storage.weights import WeightStore
 
     config = RunConfig()
@@ -359,7 +359,7 @@ def test_estimate_memory_hand_computed():
 def test_rl_steps_from_a_checkpoint(checkpoints):
     """A short GRPO-style run from a loaded checkpoint: the on-policy importance ratio is 1 (sampler and
     trainer agree on the loaded weights) and the reward (share of completion tokens below VOCAB/2) rises."""
-    from spotrl.model.train_step import LossSpec, RLBatch, build_rl_step, make_optimizer
+    from spotrl.rl.train_step import LossSpec, RLBatch, build_rl_step, make_optimizer
 
     path, _ = checkpoints["qwen2_untied"]
     _, graphdef, state = hf.load_checkpoint(str(path))

@@ -12,7 +12,7 @@ transformers = pytest.importorskip("transformers")
 from tokenizers import Tokenizer, models, processors  # noqa: E402
 
 from spotrl.model.hf import CheckpointError  # noqa: E402
-from spotrl.model.hf_tokenizer import HFTokenizer  # noqa: E402
+from spotrl.model.hf.tokenizer import HFTokenizer  # noqa: E402
 from hf_fixtures import byte_level_bpe, write_qwen_tokenizer  # noqa: E402
 
 # Llama 3's shape: BOS written by the template, header tokens, trim_blocks-sensitive whitespace

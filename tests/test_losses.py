@@ -3,8 +3,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from spotrl.model.advantages import ADVANTAGE_ESTIMATORS, group_normalized_advantages
-from spotrl.model.losses import clipped_policy_loss, token_logprobs
+from spotrl.rl.advantages import ADVANTAGE_ESTIMATORS, group_normalized_advantages
+from spotrl.rl.losses import clipped_policy_loss, token_logprobs
 
 
 def test_group_advantages_by_hand():
@@ -64,7 +64,7 @@ def test_empty_mask_gives_zero_loss_not_nan():
 
 # --- the policy_loss template ---------------------------------------------------------------------
 
-from spotrl.model.losses import (  # noqa: E402
+from spotrl.rl.losses import (  # noqa: E402
     KL_ESTIMATORS,
     LOSS_AGGREGATIONS,
     explained_variance,

@@ -5,7 +5,7 @@ import pytest
 
 from spotrl.rewards import expr
 from spotrl.rewards.compose import Term, boxed_format, compose, length_overflow, stopped_format
-from spotrl.rewards.math_answer import equivalent, extract_answer, math_reward, normalise, reference_answer
+from spotrl.rewards.math import equivalent, extract_answer, math_reward, normalise, reference_answer
 from spotrl.rewards.score import score
 from spotrl.rewards.verifiers import get_verifier
 

@@ -2,7 +2,7 @@ import itertools
 
 import pytest
 
-from spotrl.model.passk import mean_pass_at_k, pass_at_k
+from spotrl.evaluation.passk import mean_pass_at_k, pass_at_k
 
 
 def brute_force(n: int, c: int, k: int) -> float:

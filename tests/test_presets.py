@@ -2,15 +2,14 @@
 written out, so nothing is read from the placeholder gs:// path), has the parameter count its model
 card states, and an estimated memory per device that fits one 95 GiB accelerator (TPU v5p) on its mesh."""
 
-from pathlib import Path
 
 import pytest
 
-from spotrl.flows.config import load_config
+from spotrl.configs import PRESETS_DIR, load_config
 from spotrl.model.hf import count_params, estimate_memory
-from spotrl.model.pretrained import memory_estimate, memory_summary
+from spotrl.model.hf.loader import memory_estimate, memory_summary
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+CONFIGS = PRESETS_DIR
 
 # preset -> (parameters on the model card, architecture, devices)
 PRESETS = {
@@ -51,7 +50,8 @@ def test_preset_validates_and_fits(name):
 
 
 def test_sharding_rules_are_checked_at_start():
-    from spotrl.flows.config import ConfigError, build_config
+    from spotrl.config import ConfigError
+    from spotrl.configs import build_config
 
     with pytest.raises(ConfigError, match=r"model: .*'down_proj' names mesh axes \['dp'\]"):
         build_config({"model": {"sharding_rules": [["down_proj", ["dp", None]]]}})

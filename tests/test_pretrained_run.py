@@ -17,10 +17,11 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from spotrl.flows import rundir  # noqa: E402
-from spotrl.flows.cli import main as cli_main  # noqa: E402
-from spotrl.flows.config import ConfigError, build_config  # noqa: E402
+from spotrl.cli.main import main as cli_main  # noqa: E402
+from spotrl.config import ConfigError  # noqa: E402
+from spotrl.configs import build_config  # noqa: E402
 from spotrl.model.hf import abstract_model  # noqa: E402
-from spotrl.model.pretrained import load_tokenizer  # noqa: E402
+from spotrl.model.hf.loader import load_tokenizer  # noqa: E402
 from spotrl.model.transformer import forward  # noqa: E402
 from spotrl.storage.checkpoints import CheckpointStore  # noqa: E402
 from spotrl.storage.parquet import read_frame  # noqa: E402
@@ -164,9 +165,9 @@ _MESH_SCRIPT = """
 import json, sys, tempfile
 from pathlib import Path
 import jax, jax.numpy as jnp, numpy as np
-from spotrl.flows.config import build_config
-from spotrl.model.rollout import sample_completions
-from spotrl.model.train_step import RLBatch, build_rl_step
+from spotrl.configs import build_config
+from spotrl.rollout.completions import sample_completions
+from spotrl.rl.train_step import RLBatch, build_rl_step, loss_spec
 from spotrl.model.sequences import join
 from spotrl.tasks.context import RunContext
 
@@ -186,7 +187,7 @@ for name, mesh in (("one", []), ("mesh", ["model.mesh.fsdp=2", "model.mesh.tp=4"
     tokens, valid = join(done.prompt_tokens, done.prompt_valid, done.tokens, done.lengths)
     batch = RLBatch(jnp.asarray(tokens), jnp.asarray(valid), jnp.asarray(done.logprobs),
                     jnp.asarray(np.linspace(-1, 1, len(tokens)), jnp.float32))
-    step = build_rl_step(ctx.policy.graphdef, ctx.optimizer, ctx.config.algorithm.loss_spec(6), 1.0)
+    step = build_rl_step(ctx.policy.graphdef, ctx.optimizer, loss_spec(ctx.config.algorithm, 6), 1.0)
     updated, metrics = step(restored, batch)
     out[name] = {"specs": [getattr(q(x).sharding, "spec", None) and list(q(x).sharding.spec) for x in (ctx.policy.init_state, restored["params"], pulled,
                                                               updated["params"])],

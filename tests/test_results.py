@@ -1,12 +1,11 @@
 """Result storage for the stage tasks: a saved block per run directory (storage/results.py)."""
 
-from pathlib import Path
 
 import pytest
 from prefect import flow, task
 from prefect.filesystems import LocalFileSystem
 
-from spotrl.storage.results import RunResultStorage, result_storage
+from spotrl.flows.results import RunResultStorage, result_storage
 
 
 def test_keys_resolve_where_prefects_local_filesystem_puts_them(tmp_path):

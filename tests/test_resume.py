@@ -11,7 +11,7 @@ import pytest
 
 from spotrl.chaos import read_jsonl, strip_timing
 from spotrl.flows import rundir
-from spotrl.flows.config import build_config
+from spotrl.configs import build_config
 from spotrl.flows.resume import find_resume_point
 from spotrl.storage.checkpoints import CheckpointStore
 from spotrl.storage.quarantine import quarantine_log

@@ -7,7 +7,8 @@ import json
 import pandas as pd
 import pytest
 
-from spotrl.flows.config import ConfigError, build_config
+from spotrl.config import ConfigError
+from spotrl.configs import build_config
 from spotrl.storage.parquet import read_frame
 
 # Hand-made arithmetic-task source: 11 lines, 3 bad, 1 exact duplicate, 1 contaminated (below).
@@ -41,7 +42,7 @@ def source_overrides(root, eval_size=2):
                {"name": "b", "path": str(root / "b.csv"), "map": {"question": "prompt", "result": "answer"}}]
     return [f"curation.sources={json.dumps(sources)}",
             f"curation.eval={json.dumps([{'name': 'heldout', 'path': str(root / 'heldout.jsonl')}])}",
-            "curation.ngram=2", f"task.eval_size={eval_size}", f"eval.prompts={eval_size}"]
+            "curation.ngram=2", f"problem.eval_size={eval_size}", f"eval.prompts={eval_size}"]
 
 
 def test_sources_become_the_run_data_with_bad_rows_quarantined(tmp_path, tiny_config):
@@ -76,10 +77,10 @@ def test_source_config_errors_name_the_key(tmp_path, tiny_config):
     base = tiny_config.model_dump(mode="json")
     with pytest.raises(ConfigError, match="curation.sources.0.weight"):
         build_config(base, ['curation.sources=[{"name": "a", "path": "x.jsonl", "weight": -1}]'])
-    with pytest.raises(ConfigError, match="task.name 'math' has no built-in prompts"):
-        build_config(base, ["task.name=math"])
+    with pytest.raises(ConfigError, match="problem.name 'math' has no built-in prompts"):
+        build_config(base, ["problem.name=math"])
     with pytest.raises(ConfigError, match="model.vocab_size"):
-        build_config(base, ["task.name=code"])
+        build_config(base, ["problem.name=code"])
 
 
 def test_stream_drops_never_and_always_solved_prompts_and_keeps_unestimated_ones():
@@ -131,7 +132,7 @@ def test_difficulty_estimates_filter_the_prompt_stream(prefect_harness, tmp_path
     from spotrl.tasks import stages
 
     config = build_config(tiny_config.model_dump(mode="json"), [
-        "task.train_size=40", 'curation.difficulty={"every": 1, "samples": 4, "prompts": 32}'])  # samples = group_size
+        "problem.train_size=40", 'curation.difficulty={"every": 1, "samples": 4, "prompts": 32}'])  # samples = group_size
     run = tmp_path / "run"
     train(config=config, run_dir=str(run))
     train_ids = load_split(run / "data", "train")["id"]

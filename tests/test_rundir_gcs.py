@@ -18,8 +18,8 @@ from conftest import TINY_OVERRIDES, make_bucket
 
 from spotrl.chaos import strip_timing
 from spotrl.flows import rundir
-from spotrl.flows.cli import main as cli_main
-from spotrl.flows.config import build_config
+from spotrl.cli.main import main as cli_main
+from spotrl.configs import build_config
 from spotrl.storage.checkpoints import CheckpointError, CheckpointStore
 from spotrl.storage.quarantine import quarantine_log
 from spotrl.storage.paths import RemotePath, generation

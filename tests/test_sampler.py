@@ -4,11 +4,11 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from spotrl.model.config import ModelConfig
-from spotrl.model.losses import token_logprobs
+from spotrl.config import ModelConfig
+from spotrl.rl.losses import token_logprobs
 from spotrl.model.compiles import CompileCounter, compile_count, sampler_cache_sizes
-from spotrl.model.rollout import sample_completions
-from spotrl.model.sampler import SamplingParams, filter_logits, generate, generate_groups
+from spotrl.rollout.completions import sample_completions
+from spotrl.rollout.sampler import SamplingParams, filter_logits, generate, generate_groups
 from spotrl.model.transformer import Transformer, forward
 
 STOP = 1

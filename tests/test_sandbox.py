@@ -13,11 +13,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from spotrl.rewards import sandbox as sb
+from spotrl.rewards.sandbox import runner as sb
 from spotrl.rewards.code import code_reward, extract_code
 from spotrl.rewards import code_tests
 from spotrl.rewards.code_tests import decode, judge, parse_records, plan_tests
-from spotrl.rewards.sandbox import Limits, Sandbox, SandboxError, SandboxUnavailable
+from spotrl.rewards.sandbox.runner import Limits, Sandbox, SandboxError, SandboxUnavailable
 from spotrl.rewards.score import score
 
 FAST = Limits(cpu_s=1, wall_s=5.0, memory_mb=256, file_mb=1, processes=16)
@@ -237,7 +237,7 @@ def test_harness_that_could_not_start_is_an_error():
 
 def test_transient_harness_failure_is_retried(tmp_path):
     marker = tmp_path / "crashed-once"
-    real = Path(sb.__file__).with_name("sandbox_harness.py")
+    real = Path(sb.__file__).with_name("harness.py")
     body = (f"import os, sys\nif not os.path.exists({str(marker)!r}):\n    open({str(marker)!r}, 'w').close()\n"
             f"    os._exit(9)\nsys.argv[0] = {str(real)!r}\n"
             f"exec(compile(open({str(real)!r}).read(), {str(real)!r}, 'exec'), {{'__name__': '__main__'}})\n")

@@ -4,8 +4,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from spotrl.model.advantages import discounted_returns
-from spotrl.model.shaping import groups_with_signal, overlong_penalty, token_level_rewards
+from spotrl.rl.advantages import discounted_returns
+from spotrl.rl.shaping import groups_with_signal, overlong_penalty, token_level_rewards
 
 
 def test_overlong_penalty_band():

@@ -36,7 +36,7 @@ def test_parameters_get_fsdp_on_embed_and_tensor_on_heads_mlp_vocab(mesh222):
 def test_paths_of_a_train_state_name_the_parameter():
     import optax
 
-    from spotrl.model.config import ModelConfig
+    from spotrl.config import ModelConfig
     from spotrl.model.policy import Policy
 
     params = Policy(ModelConfig(num_layers=1), init_seed=0).init_state
@@ -75,9 +75,9 @@ _SCRIPT = textwrap.dedent("""
     import json
     import jax, jax.numpy as jnp, numpy as np, optax
     from spotrl.model import sharding
-    from spotrl.model.config import ModelConfig
+    from spotrl.config import ModelConfig
     from spotrl.model.policy import Policy
-    from spotrl.model.train_step import LossSpec, RLBatch, build_rl_step
+    from spotrl.rl.train_step import LossSpec, RLBatch, build_rl_step
 
     assert jax.device_count() == 8, jax.devices()
     policy = Policy(ModelConfig(hidden_size=32, intermediate_size=64, num_layers=1), init_seed=0)

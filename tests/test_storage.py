@@ -1,5 +1,3 @@
-import json
-import os
 
 import jax.numpy as jnp
 import numpy as np

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from spotrl.model.tokenizer import CharTokenizer
+from spotrl.model.tokenizers import CharTokenizer
 
 
 def test_roundtrip_and_special_ids():

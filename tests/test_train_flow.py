@@ -2,11 +2,10 @@
 
 import json
 
-import numpy as np
 import pytest
 
 from spotrl.flows import rundir
-from spotrl.flows.cli import main as cli_main
+from spotrl.cli.main import main as cli_main
 from spotrl.storage.atomic import sha256_file
 from spotrl.storage.parquet import read_frame
 from spotrl.storage.rollouts import find_shard

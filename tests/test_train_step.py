@@ -7,10 +7,10 @@ import optax
 import pytest
 from flax import nnx
 
-from spotrl.model.config import ModelConfig
-from spotrl.model.losses import policy_loss
+from spotrl.config import ModelConfig
+from spotrl.rl.losses import policy_loss
 from spotrl.model.policy import Policy
-from spotrl.model.train_step import LossSpec, RLBatch, build_rl_step, completion_logprobs, make_optimizer
+from spotrl.rl.train_step import LossSpec, RLBatch, build_rl_step, completion_logprobs, make_optimizer
 
 CFG = ModelConfig(hidden_size=32, intermediate_size=64, num_layers=1)
 PROMPT, NEW = 5, 4
@@ -117,7 +117,7 @@ def test_mixed_precision_keeps_float32_master_weights_and_a_close_loss():
 
 
 def test_run_config_takes_micro_batches_that_divide_the_minibatch_and_a_compute_dtype():
-    from spotrl.flows.config import build_config
+    from spotrl.configs import build_config
 
     config = build_config(None, ["algorithm.micro_batches=4", "model.compute_dtype=bfloat16"])
     assert config.algorithm.micro_batches == 4 and config.model.resolved_compute_dtype == "bfloat16"

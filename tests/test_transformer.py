@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from spotrl.model.config import ModelConfig
+from spotrl.config import ModelConfig
 from spotrl.model.transformer import Transformer, causal_mask, forward, init_cache, positions_from_mask, rope
 
 

@@ -2,11 +2,11 @@ import numpy as np
 import jax.numpy as jnp
 from flax import nnx
 
-from spotrl.model.config import ModelConfig
-from spotrl.model.update import AdvantageSpec, policy_update
+from spotrl.config import ModelConfig
+from spotrl.rl.update import AdvantageSpec, policy_update
 from spotrl.model.policy import Policy
 from spotrl.model.sequences import completion_mask, join
-from spotrl.model.train_step import LossSpec, build_rl_step, completion_logprobs, make_optimizer
+from spotrl.rl.train_step import LossSpec, build_rl_step, completion_logprobs, make_optimizer
 
 
 def test_update_raises_rewarded_and_lowers_penalised_completions():
@@ -44,8 +44,8 @@ def _critic_step_changes(head: str):
     """(policy changed?, critic changed?) after one PPO step whose policy term has zero gradient."""
     import jax
 
-    from spotrl.model.train_step import RLBatch
-    from spotrl.model.value import Critic
+    from spotrl.rl.train_step import RLBatch
+    from spotrl.model.critic import Critic
 
     cfg = ModelConfig(hidden_size=32, intermediate_size=64, num_layers=2)
     policy = Policy(cfg, init_seed=0)

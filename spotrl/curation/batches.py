@@ -6,7 +6,7 @@ import functools
 
 import numpy as np
 
-from spotrl.model.rng import derive_numpy_rng
+from spotrl.rng import derive_numpy_rng
 
 
 def batch_indices(seed: int, iteration: int, batch_size: int, dataset_size: int) -> np.ndarray:

@@ -47,7 +47,7 @@ def policy_sample_rewards(graphdef, state, tokenizer, task: str, sampling, key, 
     fold_in(key, b), b counting the calls, so a re-estimate draws the same completions."""
     import jax
 
-    from spotrl.model.rollout import sample_completions
+    from spotrl.rollout.completions import sample_completions
     from spotrl.rewards.score import score
 
     calls = itertools.count()

@@ -18,7 +18,7 @@ import pandas as pd
 
 
 def derive_rng(seed: int, stream: str, *path: int) -> np.random.Generator:
-    """The same derivation as spotrl.model.rng.derive_numpy_rng, without importing JAX."""
+    """The same derivation as spotrl.rng.derive_numpy_rng, without importing JAX."""
     return np.random.default_rng([seed, zlib.crc32(stream.encode()), *path])
 
 

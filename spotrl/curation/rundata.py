@@ -3,7 +3,7 @@
 With `curation.sources` the pipeline (pipeline.py) writes its product to RUN/curation/ (canonical
 splits, removed rows, the manifest with the summary and the hash of the inputs), the rows that fail
 go to RUN/quarantine.parquet with the reason, and RUN/data gets the prompt rows the trainer reads
-(`taskspec.run_rows`). The held-out split has `task.eval_size` rows; the rest is training data.
+(`taskspec.run_rows`). The held-out split has `problem.eval_size` rows; the rest is training data.
 
 `inputs_sha256` is what the flow's curate task caches on, next to its inputs: the content of every
 source file, the mappings and the options, so curation re-runs when a source file changes even
@@ -16,7 +16,7 @@ import uuid
 from pathlib import Path
 
 from spotrl.storage.paths import as_path
-from spotrl.curation import taskspec
+from spotrl.problems import spec as taskspec
 from spotrl.curation.manifest import load_curated
 from spotrl.curation.pipeline import CurateOptions, curate, inputs_sha256 as pipeline_inputs_sha256
 from spotrl.curation.schema import to_dataset
@@ -35,11 +35,11 @@ def source_specs(curation_cfg) -> tuple[list[SourceSpec], list[SourceSpec]]:
 
 
 def curate_options(config) -> CurateOptions:
-    c, task = config.curation, config.task.name
+    c, task = config.curation, config.problem.name
     weights = {s.name: s.weight for s in c.sources if s.weight is not None}
     if weights:  # a source without a weight among weighted ones contributes nothing: say so by 0
         weights = {s.name: weights.get(s.name, 0.0) for s in c.sources}
-    return CurateOptions(seed=config.seed, ngram=c.ngram, eval_size=config.task.eval_size, total=c.total,
+    return CurateOptions(seed=config.seed, ngram=c.ngram, eval_size=config.problem.eval_size, total=c.total,
                          weights=weights, require=taskspec.REFERENCE_FIELD[task], alphabet=taskspec.alphabet(task))
 
 
@@ -64,7 +64,7 @@ def prepare(config, run_dir: str | Path) -> dict:
     """Write RUN/data (and, from sources, RUN/curation and RUN/quarantine.parquet); returns a reference."""
     run_dir = as_path(run_dir)
     if not config.curation.sources:
-        manifest = save_splits(run_dir / "data", taskspec.builtin_splits(config.task, config.seed))
+        manifest = save_splits(run_dir / "data", taskspec.builtin_splits(config.problem, config.seed))
         return {"uri": str(run_dir / "data"), "sha256": manifest["sha256"],
                 "rows": {k: v["rows"] for k, v in manifest["splits"].items()}}
 
@@ -75,13 +75,13 @@ def prepare(config, run_dir: str | Path) -> dict:
     except ValueError as err:
         if isinstance(err, SourceError):
             raise
-        raise CurationError(f"curation.sources: {err} (the held-out split takes task.eval_size = "
-                            f"{config.task.eval_size} rows)") from None
+        raise CurationError(f"curation.sources: {err} (the held-out split takes problem.eval_size = "
+                            f"{config.problem.eval_size} rows)") from None
     write_frame(run_dir / "quarantine.parquet", read_frame(out / "quarantine.parquet"))
     if summary["train"] == 0:
         raise CurationError(f"curation.sources kept no training rows of {summary['read']} read "
                             f"({summary['quarantined']} quarantined, see {run_dir / 'quarantine.parquet'})")
-    task = config.task.name
+    task = config.problem.name
     splits = {name: to_dataset(taskspec.run_rows(task, load_curated(out, name)), f"{out / name}.parquet")
               for name in SPLITS}
     manifest = save_splits(run_dir / "data", splits)

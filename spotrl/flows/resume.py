@@ -21,8 +21,8 @@ from pathlib import Path
 
 from spotrl.curation.store import damaged_splits
 from spotrl.flows import rundir
-from spotrl.flows.config import RunConfig
-from spotrl.model.rng import next_iteration_streams
+from spotrl.config import RunConfig
+from spotrl.rng import next_iteration_streams
 from spotrl.storage.checkpoints import CheckpointError, CheckpointStore
 from spotrl.storage.paths import AnyPath, as_path, remove
 from spotrl.storage.quarantine import QUARANTINE, quarantine
@@ -143,7 +143,7 @@ def _check_streams(checkpoints: CheckpointStore, config: RunConfig, iteration: i
 
 
 # Sections a warm start depends on: a run may start from another run's warm start only if these match.
-WARM_START_SECTIONS = ("seed", "model", "task", "warmstart")
+WARM_START_SECTIONS = ("seed", "model", "problem", "warmstart")
 
 
 def seed_from_warm_start(run_dir: Path, config: RunConfig, source_dir: Path) -> None:

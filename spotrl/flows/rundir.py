@@ -14,7 +14,7 @@ import socket
 
 import yaml
 
-from spotrl.flows.config import ConfigError, RunConfig, config_diff
+from spotrl.config import ConfigError, RunConfig, config_diff
 from spotrl.storage.atomic import atomic_write_json, atomic_write_text
 from spotrl.storage.lease import LeaseHeld, object_lease
 from spotrl.storage.paths import AnyPath, RemotePath, StorageError, as_path, check_reachable

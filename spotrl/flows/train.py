@@ -17,12 +17,12 @@ from prefect import flow, unmapped
 from prefect.utilities.annotations import quote
 
 from spotrl.flows import rundir
-from spotrl.flows.config import RunConfig
+from spotrl.config import RunConfig
 from spotrl.flows.preemption import PreemptionGuard
 from spotrl.flows.resume import eval_due, find_resume_point
 from spotrl.model.compiles import compile_count
 from spotrl.storage.paths import AnyPath, as_path
-from spotrl.storage.results import result_storage
+from spotrl.flows.results import result_storage
 from spotrl.tasks import stages
 from spotrl.tasks.context import get_context
 

@@ -105,6 +105,6 @@ class CompileCounter:
 
 def sampler_cache_sizes() -> dict[str, int]:
     """Entries in the sampler's jit caches (each a compiled executable kept for reuse)."""
-    from spotrl.model import sampler
+    from spotrl.rollout import sampler
 
     return {"generate": sampler._generate._cache_size(), "generate_groups": sampler._generate_groups._cache_size()}

@@ -9,7 +9,7 @@ import jax
 import numpy as np
 from flax import nnx
 
-from spotrl.model.config import ModelConfig
+from spotrl.config import ModelConfig
 from spotrl.model.transformer import Transformer
 
 

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from spotrl.model.config import ModelConfig, RopeScaling
+from spotrl.config import ModelConfig, RopeScaling
 from spotrl.model.sharding import constrain
 
 _MASK_VALUE = -1e30

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from spotrl.rewards.sandbox import Sandbox, SandboxResult, default_sandbox
+from spotrl.rewards.sandbox.runner import Sandbox, SandboxResult, default_sandbox
 
 _FENCE = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL)
 

@@ -10,7 +10,7 @@ object whose __eq__ always says yes, not by patching the harness.
 compared here: no __eq__ tricks, but both values come from the candidate's process). Every other
 statement (imports, helper definitions, `assert pred(x)`, loops) is an *exec* step: it runs in
 the candidate's process, so its success is only as trustworthy as that process (see
-`spotrl.rewards.sandbox` for what the sandbox does against a candidate that attacks the harness).
+`spotrl.rewards.sandbox.runner` for what the sandbox does against a candidate that attacks the harness).
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ class Undecodable(ValueError):
 
 
 def decode(image):
-    """The plain value a sandbox record describes (see sandbox_harness.encode)."""
+    """The plain value a sandbox record describes (see sandbox.harness.encode)."""
     try:
         tag = image[0]
         if tag == "none":

@@ -24,7 +24,7 @@ def reversed_digits_exact(completion: str, stopped: bool, answer: str) -> float:
 @VERIFIERS.register("math")
 def math_answer(completion: str, stopped: bool, answer: str) -> float:
     """1.0 when the final answer (\\boxed, "answer:", last number) is equivalent to the reference."""
-    from spotrl.rewards.math_answer import math_reward
+    from spotrl.rewards.math import math_reward
 
     return math_reward(completion, stopped, answer)
 

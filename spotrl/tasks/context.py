@@ -19,13 +19,13 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from spotrl.curation import taskspec
+from spotrl.problems import spec as taskspec
 from spotrl.curation.store import load_split
-from spotrl.flows.config import RunConfig
-from spotrl.model.pretrained import build_policy, memory_estimate, memory_summary
-from spotrl.model.sampler import SamplingParams
-from spotrl.model.value import Critic
-from spotrl.model.train_step import make_optimizer
+from spotrl.config import RunConfig
+from spotrl.model.hf.loader import build_policy, memory_estimate, memory_summary
+from spotrl.rollout.sampler import SamplingParams
+from spotrl.model.critic import Critic
+from spotrl.rl.train_step import make_optimizer
 from spotrl.storage.checkpoints import CheckpointStore
 from spotrl.storage.paths import AnyPath, as_path
 from spotrl.storage.weights import WeightStore
@@ -55,7 +55,7 @@ class RunContext:
         cfg = self.config
         # model.path: a Hugging Face checkpoint and its tokenizer, checked before anything loads;
         # otherwise the built-in model with its task's character tokenizer
-        self.policy, self.tokenizer = build_policy(cfg.model, cfg.seed, taskspec.tokenizer(cfg.task.name))
+        self.policy, self.tokenizer = build_policy(cfg.model, cfg.seed, taskspec.tokenizer(cfg.problem.name))
         self.optimizer = make_optimizer(**cfg.optimizer.model_dump())
         value = cfg.algorithm.value
         self.critic_graphdef = self.critic_init_state = self.critic_optimizer = None
@@ -99,8 +99,8 @@ class RunContext:
     def memory_summary(self) -> str:
         """The run's memory estimate, for the log at start."""
         cfg = self.config
-        if cfg.task.name == "arithmetic":  # every prompt of the task has the length of this one
-            from spotrl.curation.arithmetic import prompt_text
+        if cfg.problem.name == "arithmetic":  # every prompt of the task has the length of this one
+            from spotrl.problems.arithmetic import prompt_text
 
             prompt_tokens = self.tokenizer.encode_batch_left_padded([prompt_text(9999, 9999)])[0].shape[1]
         else:

@@ -14,25 +14,25 @@ import os
 import socket
 import time
 
-import jax
 import numpy as np
 import pandas as pd
 from prefect import task
 from prefect.cache_policies import INPUTS, TASK_SOURCE, CacheKeyFnPolicy
 
-from spotrl.curation import curriculum, rundata, taskspec
+from spotrl.curation import curriculum, rundata
+from spotrl.problems import spec as taskspec
 from spotrl.curation.batches import batch_indices
 from spotrl.faults import failpoint
-from spotrl.flows.config import RunConfig
-from spotrl.model.evaluate import evaluate_pass_at_k
+from spotrl.config import RunConfig
+from spotrl.evaluation.evaluate import evaluate_pass_at_k
 from spotrl.model.sequences import completion_mask, join
-from spotrl.model.shaping import fill_batch_with_signal, groups_with_signal, overlong_penalty
-from spotrl.model.update import policy_update
-from spotrl.model.rng import derive_key, derive_numpy_rng, next_iteration_streams
-from spotrl.model.rollout import sample_completions
-from spotrl.model.train_step import build_rl_step, build_scoring_fn
-from spotrl.model.warmstart import pretrained_start, supervised_warm_start
-from spotrl.rewards.sandbox import SandboxError, SandboxUnavailable
+from spotrl.rl.shaping import fill_batch_with_signal, groups_with_signal, overlong_penalty
+from spotrl.rl.update import advantage_spec, policy_update
+from spotrl.rng import derive_key, derive_numpy_rng, next_iteration_streams
+from spotrl.rollout.completions import sample_completions
+from spotrl.rl.train_step import build_rl_step, build_scoring_fn, loss_spec
+from spotrl.rl.warmstart import pretrained_start, supervised_warm_start
+from spotrl.rewards.sandbox.runner import SandboxError, SandboxUnavailable
 from spotrl.rewards.score import score
 from spotrl.storage.rollouts import read_shard, write_shard
 from spotrl.tasks.context import get_context
@@ -77,11 +77,11 @@ def curate(config: RunConfig, run_dir: str) -> dict:
 def warm_start(config: RunConfig, run_dir: str, data: dict) -> dict:
     """Supervised warm start; writes the iteration-0 train state (fresh optimizer for RL)."""
     ctx = get_context(run_dir, config)
-    prompts, answers, targets = taskspec.warm_start_examples(config.task.name, ctx.split("train"))
+    prompts, answers, targets = taskspec.warm_start_examples(config.problem.name, ctx.split("train"))
     started = time.perf_counter()
     start = pretrained_start if config.model.path else supervised_warm_start  # a checkpoint is the starting policy
     params, info = start(
-        ctx.policy, ctx.tokenizer, config.task.name, prompts, answers, targets, config.warmstart,
+        ctx.policy, ctx.tokenizer, config.problem.name, prompts, answers, targets, config.warmstart,
         seed=config.seed, max_new_tokens=config.rollout.max_new_tokens,
     )
     state = ctx.initial_train_state(params)
@@ -100,9 +100,9 @@ def difficulty(config: RunConfig, run_dir: str, iteration: int, weights_version:
     version's weights are deterministic, and an old version may be gone when a resumed run asks."""
     ctx = get_context(run_dir, config)
     sampler = lambda: curriculum.policy_sample_rewards(  # noqa: E731 - pulls the weights only when needed
-        ctx.policy.graphdef, ctx.pull(weights_version), ctx.tokenizer, config.task.name,
+        ctx.policy.graphdef, ctx.pull(weights_version), ctx.tokenizer, config.problem.name,
         ctx.sampling(config.rollout.temperature), derive_key(config.seed, "difficulty", weights_version),
-        config.task.verify_workers)
+        config.problem.verify_workers)
     r = config.rollout  # batches of a rollout shard's size: the sampler compiled for rollouts serves
     return curriculum.estimate_for_iteration(ctx.run_dir, ctx.split("train").to_pandas(), iteration, weights_version,
                                              sampler, config.curation.difficulty, config.seed,
@@ -162,8 +162,8 @@ def rollout(config: RunConfig, run_dir: str, iteration: int, shard: int, weights
 @task(name="reward", **STAGE_OPTIONS)
 def reward(config: RunConfig, run_dir: str, rollouts: dict) -> dict:
     frame = read_shard(rollouts["uri"], rollouts["sha256"])
-    frame["task_reward"] = score(config.task.name, frame["completion"].tolist(), frame["stopped"], frame["answer"].tolist(),
-                                 workers=config.task.verify_workers)
+    frame["task_reward"] = score(config.problem.name, frame["completion"].tolist(), frame["stopped"], frame["answer"].tolist(),
+                                 workers=config.problem.verify_workers)
     frame["reward"] = frame["task_reward"]
     overlong = config.algorithm.overlong
     if overlong.enabled:
@@ -211,11 +211,11 @@ def update(config: RunConfig, run_dir: str, iteration: int, previous: dict, scor
     if r.max_staleness > 0:
         behaviour_weights = np.minimum(np.exp(np.where(real, prox_logprobs - behaviour_logprobs, 0.0)), a.importance_cap)
 
-    step_fn = build_rl_step(ctx.policy.graphdef, ctx.optimizer, a.loss_spec(r.max_new_tokens), r.temperature,
+    step_fn = build_rl_step(ctx.policy.graphdef, ctx.optimizer, loss_spec(a, r.max_new_tokens), r.temperature,
                             ctx.critic_graphdef, ctx.critic_optimizer, micro_batches=a.micro_batches)
     state, metrics = policy_update(
         step_fn, state, prompt_tokens=prompt_tokens, prompt_valid=prompt_valid, tokens=tokens, lengths=lengths,
-        old_logprobs=prox_logprobs, rewards=frame["reward"].to_numpy(), spec=a.advantage_spec(r.group_size),
+        old_logprobs=prox_logprobs, rewards=frame["reward"].to_numpy(), spec=advantage_spec(a, r.group_size),
         minibatches=a.minibatches, epochs=a.epochs, rng=derive_numpy_rng(config.seed, "minibatches", iteration),
         real_rows=batch_info["real_rows"], ref_logprobs=ref_logprobs, old_values=old_values,
         behaviour_weights=None if behaviour_weights is None else behaviour_weights.astype(np.float32),
@@ -319,7 +319,7 @@ def evaluate(config: RunConfig, run_dir: str, weights: dict, iteration: int) -> 
     held_out = ctx.split("eval").select(range(e.prompts))
     started = time.perf_counter()
     result = evaluate_pass_at_k(
-        ctx.policy.graphdef, ctx.pull(weights["version"]), ctx.tokenizer, config.task.name,
+        ctx.policy.graphdef, ctx.pull(weights["version"]), ctx.tokenizer, config.problem.name,
         held_out["prompt"], held_out["answer"], n=e.n, k=e.k, sampling=ctx.sampling(e.temperature),
         key=derive_key(config.seed, "eval", weights["version"]),
     )

@@ -1,4 +1,4 @@
-"""`spotrl curate SOURCE... --out DIR`: the command behind the parser lines in spotrl/flows/cli.py.
+"""`spotrl curate SOURCE... --out DIR`: the command behind the parser lines in spotrl/cli/main.py.
 
 Exit codes: 0 curated (or already up to date), 1 nothing kept (every row quarantined, duplicate or
 contaminated; the quarantine is still written), 2 bad arguments or an unreadable source.

@@ -12,9 +12,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from spotrl.model import sequences
-from spotrl.model.evaluate import greedy_accuracy
-from spotrl.model.rng import derive_numpy_rng
-from spotrl.model.train_step import build_sft_step, make_optimizer
+from spotrl.evaluation.evaluate import greedy_accuracy
+from spotrl.rng import derive_numpy_rng
+from spotrl.rl.train_step import build_sft_step, make_optimizer
 
 
 def supervised_warm_start(policy, tokenizer, task: str, prompts: list[str], answers: list[str],

@@ -14,7 +14,7 @@ import string
 
 import pandas as pd
 
-from spotrl.model.tokenizer import CharTokenizer
+from spotrl.model.tokenizers import CharTokenizer
 
 TASKS = ("arithmetic", "math", "code")
 ARITHMETIC_ALPHABET = "0123456789+="
@@ -50,12 +50,12 @@ def tokenizer(task: str) -> CharTokenizer:
 
 def _target(task: str, answer, metadata) -> str | None:
     if task == "arithmetic":
-        from spotrl.curation.arithmetic import completion_text
+        from spotrl.problems.arithmetic import completion_text
 
         return completion_text(answer) if isinstance(answer, str) else None
     if task == "math":
         return answer if isinstance(answer, str) else None
-    from spotrl.curation.codetask import completion_text
+    from spotrl.problems.code import completion_text
 
     try:
         reference = json.loads(metadata).get("reference") if isinstance(metadata, str) else None
@@ -76,7 +76,8 @@ def run_rows(task: str, canonical: pd.DataFrame) -> pd.DataFrame:
 
 def builtin_splits(task_cfg, seed: int) -> dict:
     """The built-in task's {"train", "eval"} splits as `datasets.Dataset`s of run rows."""
-    from spotrl.curation import arithmetic, codetask
+    from spotrl.problems import arithmetic
+    from spotrl.problems import code as codetask
     from spotrl.curation.schema import to_dataset
 
     t = task_cfg
@@ -93,7 +94,7 @@ def builtin_splits(task_cfg, seed: int) -> dict:
 def warm_start_examples(task: str, split) -> tuple[list[str], list[str], list[str]]:
     """(prompts, verifier references, target completions) of the rows a warm start can learn from."""
     if "target" not in split.column_names:  # the built-in arithmetic rows: the target is the answer reversed
-        from spotrl.curation.arithmetic import completion_text
+        from spotrl.problems.arithmetic import completion_text
 
         return list(split["prompt"]), list(split["answer"]), [completion_text(a) for a in split["answer"]]
     rows = [(p, a, t) for p, a, t in zip(split["prompt"], split["answer"], split["target"]) if t is not None]

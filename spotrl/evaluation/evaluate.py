@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import jax
 
-from spotrl.model.passk import mean_pass_at_k
-from spotrl.model.rollout import sample_completions
-from spotrl.model.sampler import SamplingParams
+from spotrl.evaluation.passk import mean_pass_at_k
+from spotrl.rollout.completions import sample_completions
+from spotrl.rollout.sampler import SamplingParams
 from spotrl.rewards.score import score
 
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 import jax
 
 from spotrl.model import hf
-from spotrl.model.config import ModelConfig, architecture_mismatches
+from spotrl.config import ModelConfig, architecture_mismatches
 from spotrl.model.policy import Policy
-from spotrl.model.tokenizer import CharTokenizer
+from spotrl.model.tokenizers import CharTokenizer
 
 
 def load_tokenizer(cfg: ModelConfig, builtin=None):
@@ -24,7 +24,7 @@ def load_tokenizer(cfg: ModelConfig, builtin=None):
     `builtin` (the task's tokenizer for the built-in model; the CharTokenizer when not given)."""
     if not cfg.path:
         return builtin or CharTokenizer()
-    from spotrl.model.hf_tokenizer import HFTokenizer
+    from spotrl.model.hf.tokenizer import HFTokenizer
 
     tokenizer = HFTokenizer.from_pretrained(cfg.path)
     tokenizer.chat_prompts = cfg.chat_template and tokenizer.has_chat_template

@@ -1,6 +1,6 @@
 """The sandbox harness: runs one untrusted Python candidate against its test steps.
 
-Started by `spotrl.rewards.sandbox` as `python -I -S -B sandbox_harness.py` with an empty
+Started by `spotrl.rewards.sandbox.runner` as `python -I -S -B harness.py` with an empty
 environment, a private temporary directory as cwd and the job (JSON) on stdin. Standard library
 only: with -I -S nothing of the trainer's environment (site-packages, PYTHON* variables, the
 script's directory) is importable. Three processes:

@@ -23,7 +23,7 @@ import fsspec
 import jax.numpy as jnp
 import numpy as np
 
-from spotrl.model.config import ModelConfig
+from spotrl.config import ModelConfig
 from spotrl.model.hf import (
     CONFIG_FILE,
     INDEX_FILE,
@@ -36,13 +36,13 @@ from spotrl.model.hf import (
     param_shapes,
     tensor_map,
 )
-from spotrl.model.hf_tokenizer import (
+from spotrl.model.hf.tokenizer import (
     GENERATION_CONFIG,
     TOKENIZER_CONFIG,
     TOKENIZER_FILE,
     TOKENIZER_FILES,
 )
-from spotrl.model.tokenizer import CharTokenizer
+from spotrl.model.tokenizers import CharTokenizer
 
 
 def _write_json(path: str, data: dict) -> None:
@@ -176,7 +176,7 @@ def export_checkpoint(
             if exists(source):
                 with fsspec.open(source, "rb") as src, fsspec.open(join(out, name), "wb") as dst:
                     dst.write(src.read())
-        from spotrl.model.hf_tokenizer import HFTokenizer
+        from spotrl.model.hf.tokenizer import HFTokenizer
 
         if exists(join(tokenizer_from, TOKENIZER_FILE)):
             hf_tok = HFTokenizer.from_pretrained(tokenizer_from)

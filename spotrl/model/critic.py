@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from spotrl.model.config import ModelConfig
+from spotrl.config import ModelConfig
 from spotrl.model.transformer import Transformer, forward_hidden
 
 

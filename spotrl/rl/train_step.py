@@ -16,7 +16,7 @@ import optax
 from flax import nnx
 
 from spotrl.model import sharding
-from spotrl.model.losses import explained_variance, policy_loss, token_logprobs, value_loss
+from spotrl.rl.losses import explained_variance, policy_loss, token_logprobs, value_loss
 from spotrl.model.transformer import forward
 
 
@@ -46,6 +46,20 @@ class LossSpec:
     entropy_coef: float = 0.0
     value_coef: float = 0.0  # with a critic
     value_clip: float | None = None
+
+
+def loss_spec(algorithm, max_new_tokens: int) -> LossSpec:
+    """The LossSpec an `AlgorithmConfig` asks for."""
+    a = algorithm
+    norm = a.norm_constant
+    if a.aggregation == "seq_mean_token_sum_norm" and norm is None:
+        norm = float(max_new_tokens)  # Dr.GRPO: a constant, the generation budget
+    return LossSpec(
+        ratio_level=a.ratio_level, clip_low=a.clip_low, clip_high=a.clip_high, dual_clip=a.dual_clip,
+        aggregation=a.aggregation, norm_constant=norm, kl_coef=0.0 if a.kl.in_reward else a.kl.coef,
+        kl_estimator=a.kl.estimator, entropy_coef=a.entropy_coef,
+        value_coef=a.value.coef if a.value.head != "none" else 0.0, value_clip=a.value.clip,
+    )
 
 
 def make_optimizer(learning_rate: float, weight_decay: float, b1: float, b2: float, grad_clip: float):

@@ -18,7 +18,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     train = sub.add_parser("train", help="train with RL as a local Prefect flow run (resumes an unfinished run)")
-    train.add_argument("--config", help="YAML preset (default: the built-in tiny preset, configs/tiny.yaml)")
+    train.add_argument("--config", help="a shipped preset by name (e.g. qwen2.5-0.5b) or a YAML file (default: tiny, the commented base)")
     train.add_argument("--run-dir", default=DEFAULT_RUN_DIR, help=f"run directory, local or gs://bucket/prefix (default: {DEFAULT_RUN_DIR})")
     train.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                        help="override a config key, e.g. --set iterations=10 --set eval.k=4")
@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         return {"train": _train, "eval": _eval, "digest": _digest, "export": _export,
                 "curate": _curate, "verify": _verify}[args.command](args)
     except Exception as err:  # noqa: BLE001 - the CLI turns known errors into one clear line
-        from spotrl.flows.config import ConfigError
+        from spotrl.config import ConfigError
         from spotrl.flows.rundir import RunDirError
         from spotrl.model.hf import CheckpointError as ModelCheckpointError
         from spotrl.storage.checkpoints import CheckpointError
@@ -96,11 +96,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _train(args) -> int:
-    from spotrl.flows.config import load_config
+    from spotrl.configs import load_config
 
     config = load_config(args.config, args.overrides)  # bad config fails before Prefect starts
     if config.model.path:  # so does a bad checkpoint (headers only, no tensor data read)
-        from spotrl.model.pretrained import check_checkpoint
+        from spotrl.model.hf.loader import check_checkpoint
 
         check_checkpoint(config.model)
     if not args.verbose:
@@ -176,8 +176,8 @@ def _export(args) -> int:
     from flax import nnx
 
     from spotrl.flows import rundir
-    from spotrl.model.export import export_checkpoint
-    from spotrl.curation import taskspec
+    from spotrl.model.hf.export import export_checkpoint
+    from spotrl.problems import spec as taskspec
     from spotrl.model.hf import CheckpointError, abstract_model
     from spotrl.storage.weights import WeightStore
 
@@ -186,7 +186,7 @@ def _export(args) -> int:
     version = store.resolve(args.version)
     params = store.load(version, nnx.to_pure_dict(abstract_model(config.model)[1]))
     # a run from a checkpoint keeps its tokenizer files; the built-in model gets the character tokenizer's
-    tokenizer = {"tokenizer_from": config.model.path} if config.model.path else {"tokenizer": taskspec.tokenizer(config.task.name)}
+    tokenizer = {"tokenizer_from": config.model.path} if config.model.path else {"tokenizer": taskspec.tokenizer(config.problem.name)}
     try:
         out = export_checkpoint(params, config.model, args.out, dtype=args.dtype, **tokenizer)
     except (CheckpointError, FileExistsError, ValueError) as err:
@@ -197,13 +197,13 @@ def _export(args) -> int:
 
 
 def _curate(args) -> int:
-    from spotrl.curation.cli import run
+    from spotrl.cli.curate import run
 
     return run(args)
 
 
 def _verify(args) -> int:
-    from spotrl.rewards.cli import run_code
+    from spotrl.cli.verify import run_code
 
     return run_code(args)
 

@@ -7,7 +7,7 @@ import dataclasses
 import jax
 import numpy as np
 
-from spotrl.model.sampler import SamplingParams, generate, generate_groups, is_stop
+from spotrl.rollout.sampler import SamplingParams, generate, generate_groups, is_stop
 
 
 @dataclasses.dataclass

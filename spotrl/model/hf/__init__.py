@@ -19,7 +19,7 @@ numpy and reads only local files, so the few lines of its format that we need ar
 the raw little-endian data.)
 
 Hugging Face stores a Linear's weight as [out, in]; our `nnx.Linear` kernels are [in, out], so
-those tensors are transposed on the way in (and out, in spotrl/model/export.py).
+those tensors are transposed on the way in (and out, in spotrl/model/hf/export.py).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from flax import nnx
 from pydantic import ValidationError
 
 from spotrl.model import sharding
-from spotrl.model.config import ModelConfig, RopeScaling
+from spotrl.config import ModelConfig, RopeScaling
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"

@@ -1,7 +1,7 @@
 """Run model-written Python against its tests in a sandbox; infrastructure failures are errors, not 0.
 
 Every run starts a fresh interpreter (`python -I -S -B`, the base interpreter, not the trainer's
-virtualenv) running `sandbox_harness.py`, with an empty environment and a new private temporary
+virtualenv) running `harness.py`, with an empty environment and a new private temporary
 directory as cwd. What the candidate gets (Linux; `SandboxResult.isolation` says what was in force):
 
 - its own mount namespace whose root is a fresh tmpfs holding only /usr, /lib*, /bin, /sbin and
@@ -62,7 +62,7 @@ from spotrl.rewards.code_tests import TestPlan, judge, parse_records, plan_tests
 
 log = logging.getLogger("spotrl.sandbox")
 
-HARNESS = Path(__file__).with_name("sandbox_harness.py")
+HARNESS = Path(__file__).with_name("harness.py")
 HARNESS_GRACE_S = 15.0  # interpreter start, namespace setup and report, on top of the wall limit
 STATUSES = ("passed", "failed", "timeout", "limit", "error")
 

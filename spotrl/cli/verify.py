@@ -17,7 +17,7 @@ TAIL = 2000
 
 def run_code(args) -> int:
     from spotrl.rewards.code_tests import TestsError, plan_tests
-    from spotrl.rewards.sandbox import Limits, Sandbox, SandboxError
+    from spotrl.rewards.sandbox.runner import Limits, Sandbox, SandboxError
 
     try:
         solution = Path(args.solution).read_text()

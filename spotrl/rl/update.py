@@ -18,10 +18,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from spotrl.model import sequences
-from spotrl.model.advantages import ADVANTAGE_ESTIMATORS, discounted_returns, gae, masked_whiten
-from spotrl.model.losses import KL_ESTIMATORS
-from spotrl.model.shaping import token_level_rewards
-from spotrl.model.train_step import RLBatch
+from spotrl.rl.advantages import ADVANTAGE_ESTIMATORS, discounted_returns, gae, masked_whiten
+from spotrl.rl.losses import KL_ESTIMATORS
+from spotrl.rl.shaping import token_level_rewards
+from spotrl.rl.train_step import RLBatch
 
 TOKEN_LEVEL = ("gae",)
 
@@ -39,6 +39,16 @@ class AdvantageSpec:
     @property
     def per_token(self) -> bool:
         return self.estimator in TOKEN_LEVEL or self.kl_in_reward_coef > 0
+
+
+def advantage_spec(algorithm, group_size: int) -> AdvantageSpec:
+    """The AdvantageSpec an `AlgorithmConfig` asks for."""
+    a = algorithm
+    return AdvantageSpec(
+        estimator=a.advantage, group_size=group_size, eps=a.advantage_eps,
+        kl_in_reward_coef=a.kl.coef if a.kl.in_reward else 0.0, kl_estimator=a.kl.estimator,
+        gamma=a.value.gamma, lam=a.value.lam,
+    )
 
 
 def compute_advantages(spec: AdvantageSpec, rewards, mask, old_logprobs=None, ref_logprobs=None, old_values=None):

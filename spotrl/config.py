@@ -1,7 +1,7 @@
 """The run config: typed, validated at construction, and the train flow's parameter.
 
-Every field has the value of the built-in tiny preset (`configs/tiny.yaml`, which documents each
-one); a preset or `--set key=value` overrides it. Unknown keys, wrong types and impossible values
+Every field has the value of the built-in tiny preset (`spotrl/configs/tiny.yaml`, which documents
+each one); a preset or `--set key=value` overrides it (the loader: spotrl/configs/). Unknown keys, wrong types and impossible values
 fail here, before any work starts, with the dotted key in the message.
 """
 
@@ -9,20 +9,164 @@ from __future__ import annotations
 
 import hashlib
 import json
-from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from spotrl.model.config import ModelConfig
+
+# The keys that describe the network itself: with `path` set they come from the checkpoint's
+# config.json (see ModelConfig._from_checkpoint); the other keys say how to run it.
+ARCHITECTURE_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads",
+                     "head_dim", "rope_theta", "rope_scaling", "max_position_embeddings", "rms_norm_eps",
+                     "tie_embeddings", "qkv_bias")
+
+
+class RopeScaling(BaseModel):
+    """Llama 3 rotary-frequency scaling (`"rope_type": "llama3"` in a Hugging Face config).
+
+    Wavelengths shorter than original_max_position_embeddings / high_freq_factor keep their
+    frequency, those longer than original_max_position_embeddings / low_freq_factor are divided by
+    `factor`, and the ones in between are interpolated smoothly.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    rope_type: Literal["llama3"] = "llama3"
+    factor: float = Field(8.0, gt=0)
+    low_freq_factor: float = Field(1.0, gt=0)
+    high_freq_factor: float = Field(4.0, gt=0)
+    original_max_position_embeddings: int = Field(8192, gt=0)
+
+    @model_validator(mode="after")
+    def _check_band(self) -> "RopeScaling":
+        if self.high_freq_factor <= self.low_freq_factor:
+            raise ValueError(
+                f"high_freq_factor ({self.high_freq_factor}) must be greater than low_freq_factor "
+                f"({self.low_freq_factor})"
+            )
+        return self
+
+
+class MeshConfig(BaseModel):
+    """Device mesh the parameters are laid out on: fsdp x tp devices (1 x 1: one device, no sharding)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    fsdp: int = Field(1, gt=0, description="parameters and the batch split over this many devices")
+    tp: int = Field(1, gt=0, description="tensor parallel: attention heads and MLP columns split this many ways")
+
+    @property
+    def devices(self) -> int:
+        return self.fsdp * self.tp
+
+
+class ModelConfig(BaseModel):
+    """Shape of a decoder-only transformer (Qwen2 / Llama family), and where its weights come from.
+
+    Defaults are the built-in tiny model that trains on two CPU cores. With `path` (a Hugging Face
+    checkpoint directory, local or gs://) the architecture keys that are not given are read from
+    its config.json, and those that are given must agree with it; a preset lists them all so that
+    it validates, and its memory estimate is computed, without the checkpoint at hand.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    vocab_size: int = Field(16, gt=0)
+    hidden_size: int = Field(96, gt=0)
+    intermediate_size: int = Field(256, gt=0)
+    num_layers: int = Field(3, gt=0)
+    num_heads: int = Field(4, gt=0)
+    num_kv_heads: int = Field(2, gt=0)
+    head_dim: int | None = Field(None, gt=0, description="defaults to hidden_size // num_heads")
+    rope_theta: float = Field(10000.0, gt=0)
+    rope_scaling: RopeScaling | None = Field(None, description="null: plain RoPE; Llama 3.1+ checkpoints set it")
+    max_position_embeddings: int = Field(32768, gt=0, description="context length the checkpoint declares")
+    rms_norm_eps: float = Field(1e-6, gt=0)
+    tie_embeddings: bool = True
+    qkv_bias: bool = False
+    dtype: str = Field("float32", pattern="^(float32|bfloat16)$")
+    compute_dtype: str | None = Field(
+        None, pattern="^(float32|bfloat16)$",
+        description="dtype of the matmuls and activations; null: dtype. float32 weights with bfloat16 "
+        "compute is mixed precision (the optimizer updates float32 master weights)")
+    path: str | None = Field(None, description="Hugging Face checkpoint directory (local or gs://); null: the "
+                                               "built-in model, randomly initialised, and the character tokenizer")
+    chat_template: bool = Field(True, description="render task prompts through the tokenizer's chat template "
+                                                  "(when the checkpoint has one)")
+    remat: bool = Field(False, description="recompute each layer's activations in the backward pass (memory for FLOPs)")
+    mesh: MeshConfig = MeshConfig()
+    sharding_rules: tuple[tuple[str, tuple[str | None, ...]], ...] | None = Field(
+        None, description="[regex over a parameter path, [mesh axis or null per dimension]], first match wins; "
+                          "null: spotrl.model.hf.DEFAULT_RULES")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_checkpoint(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or not data.get("path") or all(k in data for k in ARCHITECTURE_KEYS):
+            return data  # no I/O when nothing is missing: a resolved config re-validates offline
+        from spotrl.model.hf import read_config
+
+        # the run's dtype is the config's (default float32) whatever the checkpoint's: a rule with no exception
+        found = read_config(data["path"], dtype=data.get("dtype", cls.model_fields["dtype"].default))
+        merged = {**found.model_dump(), **data}
+        problems = architecture_mismatches(ModelConfig.model_validate(merged), found)
+        if problems:
+            raise ValueError(f"{data['path']}/config.json disagrees with the config: " + "; ".join(problems))
+        return merged
+
+    @model_validator(mode="after")
+    def _check_rules(self) -> "ModelConfig":
+        import re
+
+        for pattern, axes in self.sharding_rules or ():
+            try:
+                re.compile(pattern)
+            except re.error as err:
+                raise ValueError(f"sharding_rules: {pattern!r} is not a regular expression ({err})") from None
+            unknown = set(axes) - {"fsdp", "tp", None}
+            if unknown:  # an unknown axis would silently replicate the tensor
+                raise ValueError(f"sharding_rules: {pattern!r} names mesh axes {sorted(unknown)} (the mesh has fsdp, tp)")
+        return self
+
+    @model_validator(mode="after")
+    def _check_heads(self) -> "ModelConfig":
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(
+                f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})"
+            )
+        if self.head_dim is None and self.hidden_size % self.num_heads:
+            raise ValueError(
+                f"hidden_size ({self.hidden_size}) must be divisible by num_heads ({self.num_heads}) "
+                "unless head_dim is set"
+            )
+        return self
+
+    @property
+    def resolved_head_dim(self) -> int:
+        return self.head_dim or self.hidden_size // self.num_heads
+
+    @property
+    def resolved_compute_dtype(self) -> str:
+        return self.compute_dtype or self.dtype
+
+
+def architecture_mismatches(config: ModelConfig, checkpoint: ModelConfig) -> list[str]:
+    """'key: config X, checkpoint Y' for every architecture key on which the two differ."""
+    problems = []
+    for key in ARCHITECTURE_KEYS:
+        ours, theirs = getattr(config, key), getattr(checkpoint, key)
+        if key == "head_dim":
+            ours, theirs = config.resolved_head_dim, checkpoint.resolved_head_dim
+        if ours != theirs:
+            problems.append(f"model.{key}: config {ours!r}, checkpoint {theirs!r}")
+    return problems
 
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class TaskConfig(_Section):
+class ProblemConfig(_Section):
     name: Literal["arithmetic", "math", "code"] = Field("arithmetic", description="the verifier and tokenizer; built-in "
                                                        "prompts for arithmetic and code, curation.sources for any")
     train_size: int = Field(20000, gt=0)
@@ -197,28 +341,6 @@ class AlgorithmConfig(_Section):
             return _merge(ALGORITHM_PRESETS[data.get("name", "grpo")], data)
         return data
 
-    def loss_spec(self, max_new_tokens: int):
-        from spotrl.model.train_step import LossSpec
-
-        norm = self.norm_constant
-        if self.aggregation == "seq_mean_token_sum_norm" and norm is None:
-            norm = float(max_new_tokens)  # Dr.GRPO: a constant, the generation budget
-        return LossSpec(
-            ratio_level=self.ratio_level, clip_low=self.clip_low, clip_high=self.clip_high, dual_clip=self.dual_clip,
-            aggregation=self.aggregation, norm_constant=norm, kl_coef=0.0 if self.kl.in_reward else self.kl.coef,
-            kl_estimator=self.kl.estimator, entropy_coef=self.entropy_coef,
-            value_coef=self.value.coef if self.value.head != "none" else 0.0, value_clip=self.value.clip,
-        )
-
-    def advantage_spec(self, group_size: int):
-        from spotrl.model.update import AdvantageSpec
-
-        return AdvantageSpec(
-            estimator=self.advantage, group_size=group_size, eps=self.advantage_eps,
-            kl_in_reward_coef=self.kl.coef if self.kl.in_reward else 0.0, kl_estimator=self.kl.estimator,
-            gamma=self.value.gamma, lam=self.value.lam,
-        )
-
     @model_validator(mode="after")
     def _parts_fit(self):
         if (self.advantage == "gae") != (self.value.head != "none"):
@@ -266,7 +388,7 @@ class RunConfig(_Section):
     seed: int = 0
     iterations: int = Field(200, ge=0)
     model: ModelConfig = ModelConfig()
-    task: TaskConfig = TaskConfig()
+    problem: ProblemConfig = ProblemConfig()
     curation: CurationConfig = CurationConfig()
     warmstart: WarmStartConfig = WarmStartConfig()
     rollout: RolloutConfig = RolloutConfig()
@@ -275,6 +397,20 @@ class RunConfig(_Section):
     eval: EvalConfig = EvalConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
     weights: WeightsConfig = WeightsConfig()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed_task(cls, data: Any) -> Any:
+        """`task:` is the key's old name (until 0.2): read it as `problem:`, with a warning."""
+        if isinstance(data, dict) and "task" in data:
+            if "problem" in data:
+                raise ValueError("both `task` and `problem` are set: `task` is the old name of `problem`; keep one")
+            import warnings
+
+            warnings.warn("config key `task` is now `problem` (read as `problem` until spotrl 0.2)", DeprecationWarning,
+                          stacklevel=2)
+            data = {("problem" if k == "task" else k): v for k, v in data.items()}
+        return data
 
     @model_validator(mode="after")
     def _cross_checks(self):
@@ -295,24 +431,24 @@ class RunConfig(_Section):
         if self.weights.keep < self.rollout.max_staleness + 1:
             raise ValueError(f"weights.keep ({self.weights.keep}) must be >= rollout.max_staleness + 1 "
                              f"({self.rollout.max_staleness + 1}): stale rollouts need those versions")
-        from spotrl.curation import taskspec
-        from spotrl.curation.arithmetic import distinct_problems
+        from spotrl.problems import spec as taskspec
+        from spotrl.problems.arithmetic import distinct_problems
 
-        if self.task.name == "math" and not self.curation.sources:
-            raise ValueError("task.name 'math' has no built-in prompts: name dataset sources in curation.sources")
-        capacity = distinct_problems(self.task.min_digits, self.task.max_digits)
-        if self.task.name == "arithmetic" and not self.curation.sources and \
-                self.task.train_size + self.task.eval_size > capacity:
-            raise ValueError(f"task.train_size + task.eval_size ({self.task.train_size + self.task.eval_size}) > the "
-                             f"{capacity} distinct problems with {self.task.min_digits}..{self.task.max_digits} digits")
+        if self.problem.name == "math" and not self.curation.sources:
+            raise ValueError("problem.name 'math' has no built-in prompts: name dataset sources in curation.sources")
+        capacity = distinct_problems(self.problem.min_digits, self.problem.max_digits)
+        if self.problem.name == "arithmetic" and not self.curation.sources and \
+                self.problem.train_size + self.problem.eval_size > capacity:
+            raise ValueError(f"problem.train_size + problem.eval_size ({self.problem.train_size + self.problem.eval_size}) > the "
+                             f"{capacity} distinct problems with {self.problem.min_digits}..{self.problem.max_digits} digits")
         overlong = self.algorithm.overlong
         if overlong.enabled and (overlong.max_tokens or self.rollout.max_new_tokens) <= overlong.cache_tokens:
             raise ValueError("algorithm.overlong.cache_tokens must be smaller than its max_tokens")
-        vocab = taskspec.tokenizer(self.task.name).vocab_size
+        vocab = taskspec.tokenizer(self.problem.name).vocab_size
         if self.model.vocab_size < vocab:
             raise ValueError(f"model.vocab_size ({self.model.vocab_size}) < the task tokenizer's {vocab} tokens")
-        if self.eval.prompts > self.task.eval_size:
-            raise ValueError(f"eval.prompts ({self.eval.prompts}) > task.eval_size ({self.task.eval_size})")
+        if self.eval.prompts > self.problem.eval_size:
+            raise ValueError(f"eval.prompts ({self.eval.prompts}) > problem.eval_size ({self.problem.eval_size})")
         return self
 
     def digest(self) -> str:
@@ -322,54 +458,6 @@ class RunConfig(_Section):
 
 class ConfigError(ValueError):
     """A config that cannot run; the message names each offending dotted key."""
-
-
-def _format(err: ValidationError) -> str:
-    lines = []
-    for e in err.errors():
-        key = ".".join(str(p) for p in e["loc"]) or "<root>"
-        msg = "unknown key" if e["type"] == "extra_forbidden" else e["msg"]
-        lines.append(f"  {key}: {msg}")
-    return "invalid config:\n" + "\n".join(lines)
-
-
-def parse_override(item: str) -> tuple[list[str], Any]:
-    if "=" not in item:
-        raise ConfigError(f"--set expects dotted.key=value, got {item!r}")
-    key, raw = item.split("=", 1)
-    return key.strip().split("."), yaml.safe_load(raw)
-
-
-def build_config(data: dict | None = None, overrides: list[str] = ()) -> RunConfig:
-    """A validated RunConfig from a dict (a preset) and `dotted.key=value` overrides."""
-    data = json.loads(json.dumps(data or {}))
-    for item in overrides:
-        path, value = parse_override(item)
-        node = data
-        for part in path[:-1]:
-            node = node.setdefault(part, {})
-            if not isinstance(node, dict):
-                raise ConfigError(f"--set {item!r}: {part!r} is not a section")
-        node[path[-1]] = value
-    try:
-        return RunConfig.model_validate(data)
-    except ValidationError as err:
-        raise ConfigError(_format(err)) from None
-
-
-def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> RunConfig:
-    data = {}
-    if path is not None:
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"config file {path} does not exist")
-        data = yaml.safe_load(path.read_text()) or {}
-        if not isinstance(data, dict):
-            raise ConfigError(f"config file {path} must hold a mapping, not {type(data).__name__}")
-    try:
-        return build_config(data, overrides)
-    except ConfigError as err:
-        raise ConfigError(f"{path or 'defaults'}: {err}") from None
 
 
 def config_diff(a: RunConfig, b: RunConfig) -> list[str]:

@@ -1,0 +1,84 @@
+"""The presets shipped with spotrl, and the loader that turns a preset (by name or path) plus
+`dotted.key=value` overrides into a validated `RunConfig`.
+
+`tiny.yaml` is the commented base config (its values are the field defaults of spotrl/config.py);
+every other preset overrides some of its keys. They ship inside the package, so an installed
+wheel has them: `spotrl train --config qwen2.5-0.5b` or `--config path/to/my.yaml`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from spotrl.config import ConfigError, RunConfig
+
+PRESETS_DIR = Path(__file__).parent
+
+
+def presets() -> list[str]:
+    """The names of the shipped presets."""
+    return sorted(p.stem for p in PRESETS_DIR.glob("*.yaml"))
+
+
+def preset_path(name_or_path: str | Path) -> Path:
+    """A shipped preset's file by name ("qwen2.5-0.5b"), or the given path to a YAML file."""
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml") or path.parent != Path("."):
+        return path
+    if (PRESETS_DIR / f"{name_or_path}.yaml").is_file():
+        return PRESETS_DIR / f"{name_or_path}.yaml"
+    raise ConfigError(f"no preset {name_or_path!r}; shipped: {', '.join(presets())} (or give a path to a .yaml file)")
+
+
+def _format(err: ValidationError) -> str:
+    lines = []
+    for e in err.errors():
+        key = ".".join(str(p) for p in e["loc"]) or "<root>"
+        msg = "unknown key" if e["type"] == "extra_forbidden" else e["msg"]
+        lines.append(f"  {key}: {msg}")
+    return "invalid config:\n" + "\n".join(lines)
+
+
+def parse_override(item: str) -> tuple[list[str], Any]:
+    if "=" not in item:
+        raise ConfigError(f"--set expects dotted.key=value, got {item!r}")
+    key, raw = item.split("=", 1)
+    return key.strip().split("."), yaml.safe_load(raw)
+
+
+def build_config(data: dict | None = None, overrides: list[str] = ()) -> RunConfig:
+    """A validated RunConfig from a dict (a preset) and `dotted.key=value` overrides."""
+    data = json.loads(json.dumps(data or {}))
+    for item in overrides:
+        path, value = parse_override(item)
+        node = data
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"--set {item!r}: {part!r} is not a section")
+        node[path[-1]] = value
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(_format(err)) from None
+
+
+def load_config(name_or_path: str | Path | None = None, overrides: list[str] = ()) -> RunConfig:
+    """A preset by name or path (None: the defaults, which are tiny.yaml's) with overrides applied."""
+    data, path = {}, None
+    if name_or_path is not None:
+        path = preset_path(name_or_path)
+        if not path.is_file():
+            raise ConfigError(f"config file {path} does not exist")
+        data = yaml.safe_load(path.read_text()) or {}
+        if not isinstance(data, dict):
+            raise ConfigError(f"config file {path} must hold a mapping, not {type(data).__name__}")
+    try:
+        return build_config(data, overrides)
+    except ConfigError as err:
+        raise ConfigError(f"{path or 'defaults'}: {err}") from None
