@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup train test clean
+.PHONY: setup train test lint clean
 
 setup: $(STAMP)
 
@@ -20,6 +20,12 @@ train: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# style and layering: ruff (lint + format) and import-linter's contracts (pyproject.toml)
+lint: $(STAMP)
+	$(BIN)/ruff check spotrl tests benchmarks
+	$(BIN)/ruff format --check spotrl tests benchmarks
+	$(BIN)/lint-imports
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache
