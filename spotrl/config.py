@@ -97,14 +97,14 @@ class ModelConfig(BaseModel):
     mesh: MeshConfig = MeshConfig()
     sharding_rules: tuple[tuple[str, tuple[str | None, ...]], ...] | None = Field(
         None, description="[regex over a parameter path, [mesh axis or null per dimension]], first match wins; "
-                          "null: spotrl.model.hf.DEFAULT_RULES")
+                          "null: spotrl.model.hf.loader.DEFAULT_RULES")
 
     @model_validator(mode="before")
     @classmethod
     def _from_checkpoint(cls, data: Any) -> Any:
         if not isinstance(data, dict) or not data.get("path") or all(k in data for k in ARCHITECTURE_KEYS):
             return data  # no I/O when nothing is missing: a resolved config re-validates offline
-        from spotrl.model.hf import read_config
+        from spotrl.model.hf.config import read_config
 
         # the run's dtype is the config's (default float32) whatever the checkpoint's: a rule with no exception
         found = read_config(data["path"], dtype=data.get("dtype", cls.model_fields["dtype"].default))

@@ -20,8 +20,8 @@ from spotrl.flows import rundir  # noqa: E402
 from spotrl.cli.main import main as cli_main  # noqa: E402
 from spotrl.config import ConfigError  # noqa: E402
 from spotrl.configs import build_config  # noqa: E402
-from spotrl.model.hf import abstract_model  # noqa: E402
 from spotrl.model.hf.loader import load_tokenizer  # noqa: E402
+from spotrl.model.policy import abstract_model  # noqa: E402
 from spotrl.model.transformer import forward  # noqa: E402
 from spotrl.storage.checkpoints import CheckpointStore  # noqa: E402
 from spotrl.storage.parquet import read_frame  # noqa: E402
