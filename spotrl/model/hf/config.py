@@ -2,6 +2,7 @@
 
     cfg = read_config("path/to/Qwen2.5-0.5B", dtype="bfloat16")     # local or fsspec URL (gs://)
     hf = config_to_hf(cfg)                                          # what export writes
+    section = resolve_model_config({"path": ..., "dtype": ...})     # a run config's `model` section
 
 Any problem with a checkpoint is one `CheckpointError` naming the file (and the tensor, where
 there is one: spotrl/model/hf/loader.py).
@@ -14,7 +15,7 @@ from typing import Any, Mapping
 
 from pydantic import ValidationError
 
-from spotrl.config import ModelConfig, RopeScaling
+from spotrl.config import ARCHITECTURE_KEYS, ModelConfig, RopeScaling, architecture_mismatches
 from spotrl.storage.paths import AnyPath, as_path
 
 CONFIG_FILE = "config.json"
@@ -202,3 +203,26 @@ def config_to_hf(
         hf.update(use_sliding_window=False, sliding_window=None, max_window_layers=cfg.num_layers)
     return hf
 
+
+def resolve_model_config(section: Any) -> Any:
+    """A run config's raw `model` section with `path` set, completed from the checkpoint's config.json.
+
+    The architecture keys (spotrl.config.ARCHITECTURE_KEYS) that the section does not give are read
+    from config.json; those it gives must agree with it (else CheckpointError naming the file and
+    every disagreeing key). The run's dtype is the section's (default float32) whatever the
+    checkpoint's: a rule with no exception. A section without `path`, or one that gives every
+    architecture key (a resolved config re-validated), is returned as it is, without any I/O.
+    """
+    if not isinstance(section, dict) or not section.get("path") or all(k in section for k in ARCHITECTURE_KEYS):
+        return section
+    path = section["path"]
+    found = read_config(path, dtype=section.get("dtype", ModelConfig.model_fields["dtype"].default))
+    merged = {**found.model_dump(), **section}
+    try:
+        config = ModelConfig.model_validate(merged)
+    except ValidationError:
+        return merged  # a bad value of the section's own: the run config's validation names its key
+    problems = architecture_mismatches(config, found)
+    if problems:
+        raise CheckpointError(f"{as_path(path) / CONFIG_FILE} disagrees with the config: " + "; ".join(problems))
+    return merged
