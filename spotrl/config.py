@@ -15,7 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 
 # The keys that describe the network itself: with `path` set they come from the checkpoint's
-# config.json (see ModelConfig._from_checkpoint); the other keys say how to run it.
+# config.json (the loader completes the section: spotrl.model.hf.config.resolve_model_config); the
+# other keys say how to run it.
 ARCHITECTURE_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads",
                      "head_dim", "rope_theta", "rope_scaling", "max_position_embeddings", "rms_norm_eps",
                      "tie_embeddings", "qkv_bias")
@@ -64,9 +65,11 @@ class ModelConfig(BaseModel):
     """Shape of a decoder-only transformer (Qwen2 / Llama family), and where its weights come from.
 
     Defaults are the built-in tiny model that trains on two CPU cores. With `path` (a Hugging Face
-    checkpoint directory, local or gs://) the architecture keys that are not given are read from
-    its config.json, and those that are given must agree with it; a preset lists them all so that
-    it validates, and its memory estimate is computed, without the checkpoint at hand.
+    checkpoint directory, local or gs://) the config loader (spotrl/configs/) reads the architecture
+    keys that are not given from its config.json, and those that are given must agree with it; a
+    preset lists them all so that it validates, and its memory estimate is computed, without the
+    checkpoint at hand. Validation itself does no I/O: a ModelConfig built directly is checked
+    against its checkpoint when the run starts (spotrl/model/hf/loader.py, check_checkpoint).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -97,22 +100,7 @@ class ModelConfig(BaseModel):
     mesh: MeshConfig = MeshConfig()
     sharding_rules: tuple[tuple[str, tuple[str | None, ...]], ...] | None = Field(
         None, description="[regex over a parameter path, [mesh axis or null per dimension]], first match wins; "
-                          "null: spotrl.model.hf.DEFAULT_RULES")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _from_checkpoint(cls, data: Any) -> Any:
-        if not isinstance(data, dict) or not data.get("path") or all(k in data for k in ARCHITECTURE_KEYS):
-            return data  # no I/O when nothing is missing: a resolved config re-validates offline
-        from spotrl.model.hf import read_config
-
-        # the run's dtype is the config's (default float32) whatever the checkpoint's: a rule with no exception
-        found = read_config(data["path"], dtype=data.get("dtype", cls.model_fields["dtype"].default))
-        merged = {**found.model_dump(), **data}
-        problems = architecture_mismatches(ModelConfig.model_validate(merged), found)
-        if problems:
-            raise ValueError(f"{data['path']}/config.json disagrees with the config: " + "; ".join(problems))
-        return merged
+                          "null: spotrl.model.hf.loader.DEFAULT_RULES")
 
     @model_validator(mode="after")
     def _check_rules(self) -> "ModelConfig":

@@ -20,7 +20,12 @@ from flax import nnx
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from spotrl.model import hf  # noqa: E402
+from spotrl.model.hf import loader  # noqa: E402
+from spotrl.model.hf.config import CONFIG_FILE, CheckpointError, config_from_hf, config_to_hf, read_config  # noqa: E402
+from spotrl.model.hf.loader import load_checkpoint, load_params  # noqa: E402
+from spotrl.model.hf.safetensors import INDEX_FILE, WEIGHTS_FILE  # noqa: E402
+from spotrl.model.memory import count_params, estimate_memory  # noqa: E402
+from spotrl.model.policy import abstract_model, param_shapes  # noqa: E402
 from spotrl.config import ModelConfig, RopeScaling  # noqa: E402
 from spotrl.model.hf.export import export_checkpoint  # noqa: E402
 from spotrl.rollout.sampler import SamplingParams, generate  # noqa: E402
@@ -78,7 +83,7 @@ def _our_logits(graphdef, state, tokens, valid=None):
 @pytest.mark.parametrize("kind", KINDS)
 def test_logits_equal_transformers(checkpoints, kind):
     path, model = checkpoints[kind]
-    cfg, graphdef, state = hf.load_checkpoint(str(path))
+    cfg, graphdef, state = load_checkpoint(str(path))
     assert cfg.qkv_bias == kind.startswith("qwen2")
     assert cfg.tie_embeddings == (kind == "qwen2_tied")
     assert (cfg.rope_scaling is not None) == (kind == "llama3")
@@ -93,10 +98,10 @@ def test_logits_equal_transformers(checkpoints, kind):
 def test_llama3_rope_scaling_matters(checkpoints):
     """The scaled frequencies are what makes the numbers equal: plain RoPE gives other logits."""
     path, model = checkpoints["llama3"]
-    cfg = hf.read_config(str(path))
+    cfg = read_config(str(path))
     plain = cfg.model_copy(update={"rope_scaling": None})
-    graphdef, state = hf.abstract_model(plain)
-    nnx.replace_by_pure_dict(state, hf.load_params(str(path), plain))
+    graphdef, state = abstract_model(plain)
+    nnx.replace_by_pure_dict(state, load_params(str(path), plain))
     tokens = _tokens(1, 24, seed=3)
     assert np.abs(_our_logits(graphdef, state, tokens) - torch_logits(model, tokens)).max() > 1e-2
 
@@ -104,7 +109,7 @@ def test_llama3_rope_scaling_matters(checkpoints):
 @pytest.mark.parametrize("kind", ["qwen2_untied", "llama3"])
 def test_greedy_generation_equals_transformers(checkpoints, kind):
     path, model = checkpoints[kind]
-    _, graphdef, state = hf.load_checkpoint(str(path))
+    _, graphdef, state = load_checkpoint(str(path))
     prompts = _tokens(2, 7, seed=5)
     valid = np.ones(prompts.shape, bool)
     valid[0, :3] = False
@@ -123,37 +128,37 @@ def test_export_round_trips_through_transformers(checkpoints, tmp_path):
     """Load ours -> export (sharded into several files) -> transformers loads it -> equal logits;
     and our loader reads the sharded index back."""
     path, _ = checkpoints["llama3"]
-    cfg = hf.read_config(str(path))
-    params = hf.load_params(str(path), cfg)
+    cfg = read_config(str(path))
+    params = load_params(str(path), cfg)
     out = tmp_path / "export"
     export_checkpoint(params, cfg, str(out), tokenizer_from=str(path), max_shard_bytes=200_000)
     files = sorted(p.name for p in out.iterdir())
-    assert hf.INDEX_FILE in files and sum(f.endswith(".safetensors") for f in files) > 1
+    assert INDEX_FILE in files and sum(f.endswith(".safetensors") for f in files) > 1
     assert "generation_config.json" in files
     reloaded = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
     assert type(reloaded).__name__ == "LlamaForCausalLM"
-    graphdef, state = hf.abstract_model(cfg)
+    graphdef, state = abstract_model(cfg)
     nnx.replace_by_pure_dict(state, params)
     tokens = _tokens(2, 20, seed=7)
     np.testing.assert_allclose(_our_logits(graphdef, state, tokens), torch_logits(reloaded, tokens), atol=1e-4, rtol=0)
-    cfg2, graphdef2, state2 = hf.load_checkpoint(str(out))
+    cfg2, graphdef2, state2 = load_checkpoint(str(out))
     assert cfg2 == cfg
     np.testing.assert_array_equal(_our_logits(graphdef2, state2, tokens), _our_logits(graphdef, state, tokens))
 
 
 def test_export_qwen2_tied_bfloat16(checkpoints, tmp_path):
     path, _ = checkpoints["qwen2_tied"]
-    cfg, graphdef, state = hf.load_checkpoint(str(path))
+    cfg, graphdef, state = load_checkpoint(str(path))
     out = tmp_path / "bf16"
     export_checkpoint(nnx.to_pure_dict(state), cfg, str(out), dtype="bfloat16")
     reloaded = transformers.AutoModelForCausalLM.from_pretrained(out)
     assert type(reloaded).__name__ == "Qwen2ForCausalLM" and reloaded.dtype == torch.bfloat16
     assert reloaded.config.tie_word_embeddings
     # our loader keeps the checkpoint's bfloat16, or converts on request
-    cfg16, graphdef16, state16 = hf.load_checkpoint(str(out))
+    cfg16, graphdef16, state16 = load_checkpoint(str(out))
     assert cfg16.dtype == "bfloat16"
     assert nnx.to_pure_dict(state16)["layers"][0]["self_attn"]["q_proj"]["kernel"].dtype == jnp.bfloat16
-    cfg32, graphdef32, state32 = hf.load_checkpoint(str(out), dtype="float32")
+    cfg32, graphdef32, state32 = load_checkpoint(str(out), dtype="float32")
     tokens = _tokens(1, 12)
     np.testing.assert_allclose(_our_logits(graphdef32, state32, tokens), _our_logits(graphdef, state, tokens), atol=0.1)
 
@@ -194,7 +199,7 @@ _MESH_SCRIPT = textwrap.dedent("""
     import json, sys
     import jax, jax.numpy as jnp, numpy as np
     from flax import nnx
-    from spotrl.model import hf
+    from spotrl.model.hf.loader import load_checkpoint, sharding_rules
     from spotrl.model.transformer import forward
 
     path = sys.argv[1]
@@ -203,9 +208,9 @@ _MESH_SCRIPT = textwrap.dedent("""
     valid = jnp.ones(tokens.shape, bool)
     run = jax.jit(lambda g, s, t, v: forward(nnx.merge(g, s), t, v), static_argnums=0)
 
-    cfg, g, single = hf.load_checkpoint(path)
+    cfg, g, single = load_checkpoint(path)
     mesh = jax.make_mesh((2, 4), ("fsdp", "tp"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
-    _, _, sharded = hf.load_checkpoint(path, sharding=hf.sharding_rules(mesh, cfg))
+    _, _, sharded = load_checkpoint(path, sharding=sharding_rules(mesh, cfg))
     q = nnx.to_pure_dict(sharded)["layers"][0]["self_attn"]["q_proj"]["kernel"]
     embed = nnx.to_pure_dict(sharded)["embed_tokens"]["embedding"]
     result = {
@@ -248,38 +253,38 @@ def broken(checkpoints, tmp_path, monkeypatch):
     def no_reads(entry):
         raise AssertionError(f"read tensor {entry.name} before validating the checkpoint")
 
-    monkeypatch.setattr(hf, "_host_tensor", no_reads)
+    monkeypatch.setattr(loader, "HostTensor", no_reads)
     return copy
 
 
 def _rewrite_weights(path: Path, edit):
     from safetensors.numpy import load_file, save_file
 
-    tensors = load_file(str(path / hf.WEIGHTS_FILE))
+    tensors = load_file(str(path / WEIGHTS_FILE))
     edit(tensors)
-    save_file(tensors, str(path / hf.WEIGHTS_FILE), metadata={"format": "pt"})
+    save_file(tensors, str(path / WEIGHTS_FILE), metadata={"format": "pt"})
 
 
 def _edit_config(path: Path, **changes):
-    data = json.loads((path / hf.CONFIG_FILE).read_text())
+    data = json.loads((path / CONFIG_FILE).read_text())
     data.update(changes)
-    (path / hf.CONFIG_FILE).write_text(json.dumps(data))
+    (path / CONFIG_FILE).write_text(json.dumps(data))
 
 
 def test_missing_files_are_named(broken):
-    (broken / hf.WEIGHTS_FILE).unlink()
-    with pytest.raises(hf.CheckpointError, match=f"{broken}: no model.safetensors or model.safetensors.index.json"):
-        hf.load_checkpoint(str(broken))
-    (broken / hf.CONFIG_FILE).unlink()
-    with pytest.raises(hf.CheckpointError, match=f"{broken / 'config.json'}: missing file"):
-        hf.load_checkpoint(str(broken))
+    (broken / WEIGHTS_FILE).unlink()
+    with pytest.raises(CheckpointError, match=f"{broken}: no model.safetensors or model.safetensors.index.json"):
+        load_checkpoint(str(broken))
+    (broken / CONFIG_FILE).unlink()
+    with pytest.raises(CheckpointError, match=f"{broken / 'config.json'}: missing file"):
+        load_checkpoint(str(broken))
 
 
 def test_wrong_shape_names_file_and_tensor(broken):
     name = "model.layers.1.self_attn.k_proj.weight"
     _rewrite_weights(broken, lambda t: t.update({name: t[name][:-1]}))
-    with pytest.raises(hf.CheckpointError) as err:
-        hf.load_checkpoint(str(broken))
+    with pytest.raises(CheckpointError) as err:
+        load_checkpoint(str(broken))
     assert f"{broken / 'model.safetensors'}: tensor '{name}' has shape [31, 64], expected [32, 64]" in str(err.value)
 
 
@@ -289,8 +294,8 @@ def test_missing_and_unexpected_tensors_are_named(broken):
         t["model.layers.0.self_attn.o_proj.bias"] = np.zeros(64, np.float32)
 
     _rewrite_weights(broken, edit)
-    with pytest.raises(hf.CheckpointError) as err:
-        hf.load_checkpoint(str(broken))
+    with pytest.raises(CheckpointError) as err:
+        load_checkpoint(str(broken))
     message = str(err.value)
     assert f"{broken / 'model.safetensors'}: missing tensor 'model.layers.0.self_attn.q_proj.bias'" in message
     assert f"{broken / 'model.safetensors'}: unexpected tensor 'model.layers.0.self_attn.o_proj.bias'" in message
@@ -298,9 +303,9 @@ def test_missing_and_unexpected_tensors_are_named(broken):
 
 def test_sharded_index_pointing_at_a_missing_file(broken):
     index = {"weight_map": {"model.embed_tokens.weight": "model-00001-of-00002.safetensors"}}
-    (broken / hf.INDEX_FILE).write_text(json.dumps(index))
-    with pytest.raises(hf.CheckpointError, match="'model.embed_tokens.weight' is in .*model-00001-of-00002.safetensors, which is missing"):
-        hf.load_checkpoint(str(broken))
+    (broken / INDEX_FILE).write_text(json.dumps(index))
+    with pytest.raises(CheckpointError, match="'model.embed_tokens.weight' is in .*model-00001-of-00002.safetensors, which is missing"):
+        load_checkpoint(str(broken))
 
 
 @pytest.mark.parametrize("change,message", [
@@ -312,15 +317,15 @@ def test_sharded_index_pointing_at_a_missing_file(broken):
 ])
 def test_unsupported_config_names_the_file(broken, change, message):
     _edit_config(broken, **change)
-    with pytest.raises(hf.CheckpointError) as err:
-        hf.load_checkpoint(str(broken))
+    with pytest.raises(CheckpointError) as err:
+        load_checkpoint(str(broken))
     assert str(err.value).startswith(f"{broken / 'config.json'}: ") and message in str(err.value)
 
 
 def test_unsupported_tensor_dtype_is_named(broken):
     _rewrite_weights(broken, lambda t: t.update({"model.norm.weight": t["model.norm.weight"].astype(np.int32)}))
-    with pytest.raises(hf.CheckpointError, match="tensor 'model.norm.weight' has unsupported dtype I32"):
-        hf.load_checkpoint(str(broken))
+    with pytest.raises(CheckpointError, match="tensor 'model.norm.weight' has unsupported dtype I32"):
+        load_checkpoint(str(broken))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -331,9 +336,9 @@ def test_config_round_trip_and_v4_style_rope_keys():
     cfg = ModelConfig(vocab_size=100, hidden_size=32, intermediate_size=64, num_layers=2, num_heads=4, num_kv_heads=1,
                       rope_theta=5e5, rope_scaling=RopeScaling(factor=32.0, original_max_position_embeddings=64),
                       tie_embeddings=True)
-    written = hf.config_to_hf(cfg)
+    written = config_to_hf(cfg)
     assert written["architectures"] == ["LlamaForCausalLM"] and written["rope_scaling"]["rope_type"] == "llama3"
-    assert hf.config_from_hf(written) == cfg.model_copy(update={"head_dim": 8})
+    assert config_from_hf(written) == cfg.model_copy(update={"head_dim": 8})
     with pytest.raises(ValueError, match="high_freq_factor"):
         RopeScaling(low_freq_factor=4.0, high_freq_factor=1.0)
 
@@ -343,15 +348,15 @@ def test_estimate_memory_hand_computed():
                       tie_embeddings=True, qkv_bias=True)
     # embedding 10*4 = 40; attention q 4*4 + k 4*2 + v 4*2 + o 4*4 = 48, biases 4+2+2 = 8; MLP 3*4*6 = 72;
     # two norms 8 -> one layer 136; final norm 4: 40 + 136 + 4 = 180
-    assert hf.count_params(cfg) == 180 == sum(int(np.prod(s)) for s in hf.param_shapes(cfg).values())
-    m = hf.estimate_memory(cfg, batch=2, seq_len=3, devices=2)
+    assert count_params(cfg) == 180 == sum(int(np.prod(s)) for s in param_shapes(cfg).values())
+    m = estimate_memory(cfg, batch=2, seq_len=3, devices=2)
     assert (m["params"], m["grads"], m["optimizer"], m["reference"]) == (720, 720, 1440, 720)
     assert m["kv_cache"] == 2 * 1 * 6 * 2 * 4  # k and v, 1 layer, 6 tokens, kv width 2, float32 = 96
     # per token per layer (4*4 + 2*4 + 2*2 + 3*6) * 4 B = 184, attention probs 2 heads * 3 * 4 B = 24;
     # 6 tokens -> 1248; logits and log-softmax 6 * 2 * 10 * 4 B = 480
     assert m["activations"] == 1248 + 480
     assert m["total"] == 720 + 720 + 1440 + 720 + 96 + 1728 == 5424 and m["per_device"] == 2712
-    bf16 = hf.estimate_memory(cfg.model_copy(update={"dtype": "bfloat16"}), batch=2, seq_len=3, training=False,
+    bf16 = estimate_memory(cfg.model_copy(update={"dtype": "bfloat16"}), batch=2, seq_len=3, training=False,
                               reference_copies=0)
     assert (bf16["params"], bf16["grads"], bf16["optimizer"], bf16["activations"]) == (360, 0, 0, 480)
 
@@ -362,7 +367,7 @@ def test_rl_steps_from_a_checkpoint(checkpoints):
     from spotrl.rl.train_step import LossSpec, RLBatch, build_rl_step, make_optimizer
 
     path, _ = checkpoints["qwen2_untied"]
-    _, graphdef, state = hf.load_checkpoint(str(path))
+    _, graphdef, state = load_checkpoint(str(path))
     group, new = 8, 6
     prompts = np.repeat(_tokens(4, 5, seed=11), group, axis=0)
     valid = np.ones(prompts.shape, bool)
@@ -394,12 +399,12 @@ def test_fsspec_url_checkpoint_loads_and_exports(checkpoints):
     fs = fsspec.filesystem("memory")
     for f in path.iterdir():
         fs.pipe(f"/ckpt/{f.name}", f.read_bytes())
-    cfg, graphdef, state = hf.load_checkpoint("memory://ckpt")
-    _, _, local = hf.load_checkpoint(str(path))
+    cfg, graphdef, state = load_checkpoint("memory://ckpt")
+    _, _, local = load_checkpoint(str(path))
     jax.tree.map(np.testing.assert_array_equal, nnx.to_pure_dict(state), nnx.to_pure_dict(local))
     export_checkpoint(nnx.to_pure_dict(state), cfg, "memory://exported", max_shard_bytes=100_000)
     assert fs.exists("/exported/model.safetensors.index.json")
-    _, _, again = hf.load_checkpoint("memory://exported")
+    _, _, again = load_checkpoint("memory://exported")
     jax.tree.map(np.testing.assert_array_equal, nnx.to_pure_dict(again), nnx.to_pure_dict(local))
     fs.rm("/ckpt", recursive=True)
     fs.rm("/exported", recursive=True)

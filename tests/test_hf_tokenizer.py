@@ -11,7 +11,7 @@ transformers = pytest.importorskip("transformers")
 
 from tokenizers import Tokenizer, models, processors  # noqa: E402
 
-from spotrl.model.hf import CheckpointError  # noqa: E402
+from spotrl.model.hf.config import CheckpointError  # noqa: E402
 from spotrl.model.hf.tokenizer import HFTokenizer  # noqa: E402
 from hf_fixtures import byte_level_bpe, write_qwen_tokenizer  # noqa: E402
 

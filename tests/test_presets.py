@@ -6,8 +6,7 @@ card states, and an estimated memory per device that fits one 95 GiB accelerator
 import pytest
 
 from spotrl.configs import PRESETS_DIR, load_config
-from spotrl.model.hf import count_params, estimate_memory
-from spotrl.model.hf.loader import memory_estimate, memory_summary
+from spotrl.model.memory import count_params, estimate_memory, memory_estimate, memory_summary
 
 CONFIGS = PRESETS_DIR
 

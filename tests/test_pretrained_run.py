@@ -18,10 +18,11 @@ transformers = pytest.importorskip("transformers")
 
 from spotrl.flows import rundir  # noqa: E402
 from spotrl.cli.main import main as cli_main  # noqa: E402
-from spotrl.config import ConfigError  # noqa: E402
+from spotrl.config import ConfigError, RunConfig  # noqa: E402
 from spotrl.configs import build_config  # noqa: E402
-from spotrl.model.hf import abstract_model  # noqa: E402
-from spotrl.model.hf.loader import load_tokenizer  # noqa: E402
+from spotrl.model.hf.config import CheckpointError  # noqa: E402
+from spotrl.model.hf.loader import check_checkpoint, load_tokenizer  # noqa: E402
+from spotrl.model.policy import abstract_model  # noqa: E402
 from spotrl.model.transformer import forward  # noqa: E402
 from spotrl.storage.checkpoints import CheckpointStore  # noqa: E402
 from spotrl.storage.parquet import read_frame  # noqa: E402
@@ -65,6 +66,12 @@ def test_config_takes_the_architecture_from_the_checkpoint(checkpoint):
     assert build_config(None, OVERRIDES + [f"model.path={path}", "model.dtype=bfloat16"]).model.dtype == "bfloat16"
     with pytest.raises(ConfigError, match=r"model: .*config.json disagrees.*model.hidden_size: config 48, checkpoint 32"):
         build_config(None, OVERRIDES + [f"model.path={path}", "model.hidden_size=48"])
+    # validation alone does no I/O: a RunConfig validated directly (a deployment's parameter) is
+    # checked against the checkpoint when the run starts (RunContext -> build_policy -> check_checkpoint)
+    direct = RunConfig.model_validate({**config.model_dump(), "model": {**m.model_dump(), "hidden_size": 48}})
+    with pytest.raises(CheckpointError, match=r"config.json: the run config's model does not match it:\n"
+                                              r"  model.hidden_size: config 48, checkpoint 32"):
+        check_checkpoint(direct.model)
 
 
 def test_two_iterations_from_the_checkpoint(finished, checkpoint):

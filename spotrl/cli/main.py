@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as err:  # noqa: BLE001 - the CLI turns known errors into one clear line
         from spotrl.config import ConfigError
         from spotrl.flows.rundir import RunDirError
-        from spotrl.model.hf import CheckpointError as ModelCheckpointError
+        from spotrl.model.hf.config import CheckpointError as ModelCheckpointError
         from spotrl.storage.checkpoints import CheckpointError
         from spotrl.storage.weights import WeightStoreError
 
@@ -178,7 +178,8 @@ def _export(args) -> int:
     from spotrl.flows import rundir
     from spotrl.model.hf.export import export_checkpoint
     from spotrl.problems import spec as taskspec
-    from spotrl.model.hf import CheckpointError, abstract_model
+    from spotrl.model.hf.config import CheckpointError
+    from spotrl.model.policy import abstract_model
     from spotrl.storage.weights import WeightStore
 
     config = rundir.read_config(args.run_dir)

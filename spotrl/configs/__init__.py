@@ -16,6 +16,7 @@ import yaml
 from pydantic import ValidationError
 
 from spotrl.config import ConfigError, RunConfig
+from spotrl.model.hf.config import CheckpointError, resolve_model_config
 
 PRESETS_DIR = Path(__file__).parent
 
@@ -52,7 +53,8 @@ def parse_override(item: str) -> tuple[list[str], Any]:
 
 
 def build_config(data: dict | None = None, overrides: list[str] = ()) -> RunConfig:
-    """A validated RunConfig from a dict (a preset) and `dotted.key=value` overrides."""
+    """A validated RunConfig from a dict (a preset) and `dotted.key=value` overrides; with `model.path`,
+    the architecture keys not given are read from the checkpoint's config.json (and those given checked)."""
     data = json.loads(json.dumps(data or {}))
     for item in overrides:
         path, value = parse_override(item)
@@ -62,6 +64,11 @@ def build_config(data: dict | None = None, overrides: list[str] = ()) -> RunConf
             if not isinstance(node, dict):
                 raise ConfigError(f"--set {item!r}: {part!r} is not a section")
         node[path[-1]] = value
+    if isinstance(data, dict) and "model" in data:  # with model.path: architecture keys from its config.json
+        try:
+            data["model"] = resolve_model_config(data["model"])
+        except CheckpointError as err:
+            raise ConfigError(f"invalid config:\n  model: {err}") from None
     try:
         return RunConfig.model_validate(data)
     except ValidationError as err:

@@ -1,9 +1,13 @@
 """A policy's static parts (graph definition, parameter template) and pure-dict <-> State conversion.
 
 Storage holds parameters as nested dicts of arrays ("pure" dicts); jitted code takes nnx.State.
+A parameter's flat path joins its keys with dots ("layers.0.self_attn.q_proj.kernel").
 """
 
 from __future__ import annotations
+
+import functools
+from typing import Any, Mapping
 
 import jax
 import numpy as np
@@ -13,17 +17,44 @@ from spotrl.config import ModelConfig
 from spotrl.model.transformer import Transformer
 
 
+@functools.lru_cache(maxsize=8)
+def _abstract_model(cfg: ModelConfig) -> tuple[nnx.GraphDef, nnx.State]:
+    model = nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0)))  # seconds for a large model: cached
+    return nnx.split(model)
+
+
+def abstract_model(cfg: ModelConfig) -> tuple[nnx.GraphDef, nnx.State]:
+    """Graph definition and shape-only state of our Transformer for `cfg` (allocates nothing)."""
+    graphdef, state = _abstract_model(cfg)
+    return graphdef, jax.tree.map(lambda x: x, state)  # a fresh State: callers fill it in place
+
+
+def flat_params(tree: Mapping, prefix: str = "") -> dict[str, Any]:
+    """A nested pure dict as {flat path: leaf}."""
+    out = {}
+    for key, value in tree.items():
+        if isinstance(value, Mapping):
+            out.update(flat_params(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def param_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """Our flat parameter path -> shape."""
+    _, state = abstract_model(cfg)
+    return {k: tuple(v.shape) for k, v in flat_params(nnx.to_pure_dict(state)).items()}
+
+
 class Policy:
     def __init__(self, config: ModelConfig, init_seed: int = 0, params: dict | None = None):
-        """A randomly initialised policy, or (`params`: a nested pure dict, e.g. from hf.load_params) one
+        """A randomly initialised policy, or (`params`: a nested pure dict, e.g. from hf.loader.load_params) one
         whose initial state is those parameters, without materialising a random model first."""
         self.config = config
         if params is None:
             model = Transformer(config, rngs=nnx.Rngs(init_seed))
             self.graphdef, self.init_state = nnx.split(model)
         else:
-            from spotrl.model.hf import abstract_model
-
             self.graphdef, self.init_state = abstract_model(config)
             nnx.replace_by_pure_dict(self.init_state, params)
         # parameters laid out over several devices (model.mesh): keep every later copy in that layout

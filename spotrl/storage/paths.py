@@ -134,8 +134,9 @@ class RemotePath:
     def write_text(self, text: str) -> None:
         self.write_bytes(text.encode())
 
-    def open(self, mode: str = "rb"):
-        return self.fs.open(self.key, mode)
+    def open(self, mode: str = "rb", **kwargs):
+        """As pathlib's: text modes take encoding= (and newline=), read with universal newlines."""
+        return self.fs.open(self.key, mode, **kwargs)
 
     def mkdir(self, parents: bool = False, exist_ok: bool = False) -> None:
         """Nothing to do: a prefix exists as soon as an object is written under it."""

@@ -22,7 +22,8 @@ from flax import nnx
 from spotrl.problems import spec as taskspec
 from spotrl.curation.store import load_split
 from spotrl.config import RunConfig
-from spotrl.model.hf.loader import build_policy, memory_estimate, memory_summary
+from spotrl.model.hf.loader import build_policy
+from spotrl.model.memory import memory_estimate, memory_summary
 from spotrl.rollout.sampler import SamplingParams
 from spotrl.model.critic import Critic
 from spotrl.rl.train_step import make_optimizer

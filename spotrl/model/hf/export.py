@@ -19,41 +19,34 @@ import json
 import struct
 from typing import Mapping
 
-import fsspec
 import jax.numpy as jnp
 import numpy as np
 
 from spotrl.config import ModelConfig
-from spotrl.model.hf import (
-    CONFIG_FILE,
-    INDEX_FILE,
-    ST_CODES,
-    WEIGHTS_FILE,
-    _flat,
-    config_to_hf,
-    exists,
-    join,
-    param_shapes,
-    tensor_map,
-)
+from spotrl.model.hf.config import CONFIG_FILE, config_to_hf
+from spotrl.model.hf.loader import tensor_map
+from spotrl.model.hf.safetensors import INDEX_FILE, ST_CODES, WEIGHTS_FILE
 from spotrl.model.hf.tokenizer import (
     GENERATION_CONFIG,
     TOKENIZER_CONFIG,
     TOKENIZER_FILE,
     TOKENIZER_FILES,
+    HFTokenizer,
 )
+from spotrl.model.policy import flat_params, param_shapes
 from spotrl.model.tokenizers import CharTokenizer
+from spotrl.storage.paths import AnyPath, as_path
 
 
-def _write_json(path: str, data: dict) -> None:
-    with fsspec.open(path, "w", encoding="utf-8") as f:
+def _write_json(path: AnyPath, data: dict) -> None:
+    with path.open("w", encoding="utf-8") as f:
         json.dump(data, f, indent=2, ensure_ascii=False)
         f.write("\n")
 
 
 def _hf_tensors(params: Mapping, config: ModelConfig) -> list[tuple[str, object, bool, tuple[int, ...]]]:
     """[(hf name, our array, transposed, hf shape)] in a stable order, shapes checked."""
-    flat = _flat(params)
+    flat = flat_params(params)
     shapes = param_shapes(config)
     expected = tensor_map(config)
     missing = sorted(set(ours for ours, _ in expected.values()) - set(flat))
@@ -69,7 +62,7 @@ def _hf_tensors(params: Mapping, config: ModelConfig) -> list[tuple[str, object,
     return out
 
 
-def _write_safetensors(path: str, tensors: list, dtype: np.dtype) -> int:
+def _write_safetensors(path: AnyPath, tensors: list, dtype: np.dtype) -> int:
     """One .safetensors file, tensor by tensor; returns its data bytes."""
     code = ST_CODES[dtype]
     header, offset = {}, 0
@@ -80,7 +73,7 @@ def _write_safetensors(path: str, tensors: list, dtype: np.dtype) -> int:
     header["__metadata__"] = {"format": "pt"}
     raw = json.dumps(header, separators=(",", ":")).encode()
     raw += b" " * (-len(raw) % 8)  # the data starts 8-byte aligned
-    with fsspec.open(path, "wb") as f:
+    with path.open("wb") as f:
         f.write(struct.pack("<Q", len(raw)))
         f.write(raw)
         for _, array, transposed, _ in tensors:
@@ -141,10 +134,10 @@ def export_checkpoint(
 ) -> str:
     """Write `params` (our nested pure dict) and `config` as a Hugging Face checkpoint at `out`."""
     out = str(out)
-    fs, root = fsspec.core.url_to_fs(out)
-    if fs.exists(root) and fs.ls(root) and not overwrite:
+    root = as_path(out)
+    if root.exists() and (root.is_file() or any(root.iterdir())) and not overwrite:
         raise FileExistsError(f"{out} exists and is not empty")
-    fs.makedirs(root, exist_ok=True)
+    root.mkdir(parents=True, exist_ok=True)
     np_dtype = jnp.dtype(dtype or config.dtype)
     if np_dtype not in ST_CODES:
         raise ValueError(f"cannot export dtype {np_dtype}")
@@ -160,25 +153,22 @@ def export_checkpoint(
         size += nbytes
     shards.append(current)
     if len(shards) == 1:
-        _write_safetensors(join(out, WEIGHTS_FILE), tensors, np_dtype)
+        _write_safetensors(root / WEIGHTS_FILE, tensors, np_dtype)
     else:
         weight_map, total = {}, 0
         for i, shard in enumerate(shards):
             name = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
-            total += _write_safetensors(join(out, name), shard, np_dtype)
+            total += _write_safetensors(root / name, shard, np_dtype)
             weight_map.update({t[0]: name for t in shard})
-        _write_json(join(out, INDEX_FILE), {"metadata": {"total_size": total}, "weight_map": weight_map})
+        _write_json(root / INDEX_FILE, {"metadata": {"total_size": total}, "weight_map": weight_map})
 
     ids: dict = {}
     if tokenizer_from is not None:
+        source = as_path(tokenizer_from)
         for name in TOKENIZER_FILES:
-            source = join(tokenizer_from, name)
-            if exists(source):
-                with fsspec.open(source, "rb") as src, fsspec.open(join(out, name), "wb") as dst:
-                    dst.write(src.read())
-        from spotrl.model.hf.tokenizer import HFTokenizer
-
-        if exists(join(tokenizer_from, TOKENIZER_FILE)):
+            if (source / name).exists():
+                (root / name).write_bytes((source / name).read_bytes())
+        if (source / TOKENIZER_FILE).exists():
             hf_tok = HFTokenizer.from_pretrained(tokenizer_from)
             ids = {"bos_token_id": hf_tok.bos_id, "eos_token_id": list(hf_tok.stop_ids) if len(hf_tok.stop_ids) > 1
                    else hf_tok.eos_id, "pad_token_id": hf_tok.pad_id}
@@ -186,8 +176,8 @@ def export_checkpoint(
         if tokenizer.vocab_size > config.vocab_size:
             raise ValueError(f"tokenizer has {tokenizer.vocab_size} tokens, the model only {config.vocab_size}")
         for name, data in char_tokenizer_files(tokenizer, config.max_position_embeddings).items():
-            _write_json(join(out, name), data)
+            _write_json(root / name, data)
         ids = {"bos_token_id": tokenizer.bos_id, "eos_token_id": tokenizer.eos_id, "pad_token_id": tokenizer.pad_id}
-    _write_json(join(out, CONFIG_FILE), config_to_hf(config, architecture=architecture, **ids)
+    _write_json(root / CONFIG_FILE, config_to_hf(config, architecture=architecture, **ids)
                 | {"torch_dtype": str(np_dtype), "dtype": str(np_dtype)})
     return out

@@ -19,11 +19,11 @@ import json
 from datetime import datetime
 from typing import Any, Iterable, Mapping
 
-import fsspec
 import numpy as np
 
-from spotrl.model.hf import CheckpointError, exists, join, read_json
+from spotrl.model.hf.config import CheckpointError, read_json
 from spotrl.model.sequences import left_pad
+from spotrl.storage.paths import as_path
 
 TOKENIZER_FILE = "tokenizer.json"
 TOKENIZER_CONFIG = "tokenizer_config.json"
@@ -133,18 +133,19 @@ class HFTokenizer:
             from tokenizers import Tokenizer
         except ImportError as err:  # pragma: no cover - the hf extra installs it
             raise ImportError("HFTokenizer needs the `tokenizers` library: pip install 'spotrl[hf]'") from err
-        tok_path = join(path, TOKENIZER_FILE)
-        if not exists(tok_path):
+        root = as_path(path)
+        tok_path = root / TOKENIZER_FILE
+        if not tok_path.exists():
             raise CheckpointError(f"{tok_path}: missing file (only fast tokenizers, tokenizer.json, are supported)")
-        with fsspec.open(tok_path, "r", encoding="utf-8") as f:
+        with tok_path.open("r", encoding="utf-8") as f:
             text = f.read()
         try:
             tokenizer = Tokenizer.from_str(text)
         except Exception as err:  # noqa: BLE001 - the library raises plain Exceptions
             raise CheckpointError(f"{tok_path}: cannot be read by `tokenizers` ({err})") from None
-        config = read_json(join(path, TOKENIZER_CONFIG), required=False) or {}
-        special = read_json(join(path, SPECIAL_TOKENS_MAP), required=False) or {}
-        generation = read_json(join(path, GENERATION_CONFIG), required=False) or {}
+        config = read_json(root / TOKENIZER_CONFIG, required=False) or {}
+        special = read_json(root / SPECIAL_TOKENS_MAP, required=False) or {}
+        generation = read_json(root / GENERATION_CONFIG, required=False) or {}
 
         def token(name):
             return _token_text(config.get(name)) or _token_text(special.get(name))
@@ -153,9 +154,9 @@ class HFTokenizer:
         if isinstance(template, list):  # named templates: the default one
             named = {t.get("name"): t.get("template") for t in template if isinstance(t, Mapping)}
             template = named.get("default")
-        jinja_path = join(path, CHAT_TEMPLATE_FILE)
-        if exists(jinja_path):
-            with fsspec.open(jinja_path, "r", encoding="utf-8") as f:
+        jinja_path = root / CHAT_TEMPLATE_FILE
+        if jinja_path.exists():
+            with jinja_path.open("r", encoding="utf-8") as f:
                 template = f.read()
         return cls(
             tokenizer,
