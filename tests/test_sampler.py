@@ -6,9 +6,9 @@ from flax import nnx
 
 from spotrl.config import ModelConfig
 from spotrl.rl.losses import token_logprobs
-from spotrl.model.compiles import CompileCounter, compile_count, sampler_cache_sizes
+from spotrl.model.compiles import CompileCounter, compile_count
 from spotrl.rollout.completions import sample_completions
-from spotrl.rollout.sampler import SamplingParams, filter_logits, generate, generate_groups
+from spotrl.rollout.sampler import SamplingParams, filter_logits, generate, generate_groups, jit_cache_sizes
 from spotrl.model.transformer import Transformer, forward
 
 STOP = 1
@@ -202,11 +202,11 @@ def test_compile_counter_counts_sampler_compilations():
     _, graphdef, state, prompts, valid, g = _group_setup()
     params = SamplingParams(max_new_tokens=3, stop_token=99, temperature=0.0)
     counter = CompileCounter()
-    before = sampler_cache_sizes()
+    before = jit_cache_sizes()
     with counter:
         generate_groups(graphdef, state, prompts, valid, jax.random.key(0), params, 5)  # new group size: compiles
     assert counter.count >= 1
-    assert sampler_cache_sizes()["generate_groups"] == before["generate_groups"] + 1
+    assert jit_cache_sizes()["generate_groups"] == before["generate_groups"] + 1
     with CompileCounter() as steady:
         generate_groups(graphdef, state, prompts, valid, jax.random.key(1), params, 5)  # same shapes: cached
     assert steady.count == 0

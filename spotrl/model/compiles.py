@@ -15,8 +15,8 @@ or, around one piece of work in the current process,
     c.count, c.by_name, c.seconds
 
 The count is process-wide: work running concurrently in other threads (overlapping rollouts)
-is counted too. `sampler_cache_sizes()` reads the sampler's jit caches directly (one entry per
-distinct static argument / shape combination compiled so far), independent of the listener.
+is counted too. (`spotrl.rollout.sampler.jit_cache_sizes()` reads the sampler's jit caches directly,
+independent of the listener.)
 """
 
 from __future__ import annotations
@@ -101,10 +101,3 @@ class CompileCounter:
     @property
     def by_name(self) -> dict[str, int]:
         return dict(self._now()[2] - self._start[2])
-
-
-def sampler_cache_sizes() -> dict[str, int]:
-    """Entries in the sampler's jit caches (each a compiled executable kept for reuse)."""
-    from spotrl.rollout import sampler
-
-    return {"generate": sampler._generate._cache_size(), "generate_groups": sampler._generate_groups._cache_size()}

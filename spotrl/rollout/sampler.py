@@ -182,3 +182,9 @@ def generate_groups(
         raise ValueError(f"group_size must be >= 1, got {group_size}")
     return _generate_groups(graphdef, state, jnp.asarray(prompt_tokens, jnp.int32), jnp.asarray(prompt_valid, bool),
                             key, params, int(group_size))
+
+
+def jit_cache_sizes() -> dict[str, int]:
+    """Entries in the sampler's jit caches: one compiled executable per distinct static argument /
+    shape combination so far (read directly, independent of spotrl.model.compiles' listener)."""
+    return {"generate": _generate._cache_size(), "generate_groups": _generate_groups._cache_size()}
