@@ -13,6 +13,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from spotrl.registry import registry
+
 
 # The keys that describe the network itself: with `path` set they come from the checkpoint's
 # config.json (see ModelConfig._from_checkpoint); the other keys say how to run it.
@@ -431,20 +433,13 @@ class RunConfig(_Section):
         if self.weights.keep < self.rollout.max_staleness + 1:
             raise ValueError(f"weights.keep ({self.weights.keep}) must be >= rollout.max_staleness + 1 "
                              f"({self.rollout.max_staleness + 1}): stale rollouts need those versions")
-        from spotrl.problems import spec as taskspec
-        from spotrl.problems.arithmetic import distinct_problems
-
-        if self.problem.name == "math" and not self.curation.sources:
-            raise ValueError("problem.name 'math' has no built-in prompts: name dataset sources in curation.sources")
-        capacity = distinct_problems(self.problem.min_digits, self.problem.max_digits)
-        if self.problem.name == "arithmetic" and not self.curation.sources and \
-                self.problem.train_size + self.problem.eval_size > capacity:
-            raise ValueError(f"problem.train_size + problem.eval_size ({self.problem.train_size + self.problem.eval_size}) > the "
-                             f"{capacity} distinct problems with {self.problem.min_digits}..{self.problem.max_digits} digits")
+        problem = registry("problem")[self.problem.name]
+        if problem.check_config is not None:  # what only this problem needs (built-in prompts, sources)
+            problem.check_config(self)
         overlong = self.algorithm.overlong
         if overlong.enabled and (overlong.max_tokens or self.rollout.max_new_tokens) <= overlong.cache_tokens:
             raise ValueError("algorithm.overlong.cache_tokens must be smaller than its max_tokens")
-        vocab = taskspec.tokenizer(self.problem.name).vocab_size
+        vocab = problem.tokenizer().vocab_size
         if self.model.vocab_size < vocab:
             raise ValueError(f"model.vocab_size ({self.model.vocab_size}) < the task tokenizer's {vocab} tokens")
         if self.eval.prompts > self.problem.eval_size:
