@@ -2,7 +2,7 @@
 
 Operands have 2..4 digits and are zero-padded to 4 in the prompt ("0012+0345="). Answers are
 written least-significant digit first ("753" for 357): the order in which a left-to-right decoder
-can compute carries, which makes the task learnable by a tiny model on a CPU. Splits are generated
+can compute carries, which makes the problem learnable by a tiny model on a CPU. Splits are generated
 deterministically from the seed; the train split never contains a held-out prompt.
 """
 
