@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+
+from spotrl.registry import registry
 
 
 # The keys that describe the network itself: with `path` set they come from the checkpoint's
@@ -154,9 +156,28 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def _registered(*kinds: str):
+    """A name field whose value must be registered in the registry of one of `kinds`: the registry
+    owns the names (see spotrl.registry: it is imported on first use, config being the bottom layer).
+    An unknown name is a ValueError listing the known ones; the JSON schema (Prefect's form for the
+    flow's parameters) gets them as its enum."""
+
+    def known() -> list[str]:
+        return sorted({name for kind in kinds for name in registry(kind).names()})
+
+    def check(name: str) -> str:
+        if len(kinds) == 1:
+            return registry(kinds[0]).check(name)
+        if name not in known():
+            raise ValueError(f"no {kinds[0]} {name!r}; known: {known()}")
+        return name
+
+    return Annotated[str, AfterValidator(check), Field(json_schema_extra=lambda schema: schema.update(enum=known()))]
+
+
 class ProblemConfig(_Section):
-    name: Literal["arithmetic", "math", "code"] = Field("arithmetic", description="the verifier and tokenizer; built-in "
-                                                       "prompts for arithmetic and code, curation.sources for any")
+    name: _registered("problem") = Field("arithmetic", description="a problem in spotrl.problems: the verifier and "
+                                         "tokenizer; built-in prompts for arithmetic and code, curation.sources for any")
     train_size: int = Field(20000, gt=0)
     eval_size: int = Field(400, gt=0)
     min_digits: int = Field(2, ge=1, le=4)
@@ -246,7 +267,7 @@ class KLConfig(_Section):
     """KL to the frozen reference policy (the warm-start weights, version 0)."""
 
     coef: float = Field(0.0, ge=0, description="0 disables it (no reference forward pass)")
-    estimator: Literal["k1", "k2", "k3"] = "k3"
+    estimator: _registered("KL estimator") = "k3"
     in_reward: bool = Field(False, description="subtract coef * KL from per-token rewards instead of adding it to the loss")
 
 
@@ -302,13 +323,13 @@ def _merge(base: dict, override: dict) -> dict:
 
 class AlgorithmConfig(_Section):
     name: Literal[ALGORITHMS] = "grpo"
-    advantage: Literal["grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "gae"] = "grpo"
+    advantage: _registered("advantage estimator", "per-token advantage estimator") = "grpo"
     advantage_eps: float = Field(1e-4, gt=0)
     ratio_level: Literal["token", "sequence"] = "token"
     clip_low: float = Field(0.2, gt=0, lt=1, description="ratio clipped below at 1 - clip_low")
     clip_high: float = Field(0.2, gt=0, description="ratio clipped above at 1 + clip_high (DAPO: clip-higher)")
     dual_clip: float | None = Field(None, gt=1, description="objective bounded below by dual_clip * A for A < 0")
-    aggregation: Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"] = "token_mean"
+    aggregation: _registered("loss aggregation") = "token_mean"
     norm_constant: float | None = Field(None, gt=0, description="seq_mean_token_sum_norm's divisor; default max_new_tokens")
     entropy_coef: float = Field(0.0, ge=0)
     kl: KLConfig = KLConfig()
@@ -333,7 +354,7 @@ class AlgorithmConfig(_Section):
     def _parts_fit(self):
         if (self.advantage == "gae") != (self.value.head != "none"):
             raise ValueError("advantage 'gae' and a value head (value.head 'shared' or 'separate') go together")
-        if self.kl.in_reward and self.advantage not in ("reinforce_pp", "reinforce_pp_baseline", "gae"):
+        if self.kl.in_reward and self.advantage not in registry("per-token advantage estimator"):
             raise ValueError(f"kl.in_reward needs per-token returns: advantage 'reinforce_pp' or 'gae', not {self.advantage!r}")
         if self.norm_constant is not None and self.aggregation != "seq_mean_token_sum_norm":
             raise ValueError("norm_constant only applies to aggregation 'seq_mean_token_sum_norm'")
@@ -419,20 +440,13 @@ class RunConfig(_Section):
         if self.weights.keep < self.rollout.max_staleness + 1:
             raise ValueError(f"weights.keep ({self.weights.keep}) must be >= rollout.max_staleness + 1 "
                              f"({self.rollout.max_staleness + 1}): stale rollouts need those versions")
-        from spotrl.problems import spec as taskspec
-        from spotrl.problems.arithmetic import distinct_problems
-
-        if self.problem.name == "math" and not self.curation.sources:
-            raise ValueError("problem.name 'math' has no built-in prompts: name dataset sources in curation.sources")
-        capacity = distinct_problems(self.problem.min_digits, self.problem.max_digits)
-        if self.problem.name == "arithmetic" and not self.curation.sources and \
-                self.problem.train_size + self.problem.eval_size > capacity:
-            raise ValueError(f"problem.train_size + problem.eval_size ({self.problem.train_size + self.problem.eval_size}) > the "
-                             f"{capacity} distinct problems with {self.problem.min_digits}..{self.problem.max_digits} digits")
+        problem = registry("problem")[self.problem.name]
+        if problem.check_config is not None:  # what only this problem needs (built-in prompts, sources)
+            problem.check_config(self)
         overlong = self.algorithm.overlong
         if overlong.enabled and (overlong.max_tokens or self.rollout.max_new_tokens) <= overlong.cache_tokens:
             raise ValueError("algorithm.overlong.cache_tokens must be smaller than its max_tokens")
-        vocab = taskspec.tokenizer(self.problem.name).vocab_size
+        vocab = problem.tokenizer().vocab_size
         if self.model.vocab_size < vocab:
             raise ValueError(f"model.vocab_size ({self.model.vocab_size}) < the task tokenizer's {vocab} tokens")
         if self.eval.prompts > self.problem.eval_size:

@@ -1,16 +1,42 @@
-"""Named registries of interchangeable parts (advantage estimators, verifiers, losses, ...)."""
+"""Named registries of interchangeable parts (problems, advantage estimators, verifiers, losses, ...).
+
+A registry owns the names of its parts: the config validates a name by asking the registry
+(`check`), so there is no second list of names to keep in step. The config is the bottom layer,
+though, and the registries live with their code, above it (`spotrl.rl.advantages`,
+`spotrl.rewards.verifiers`, ...): the config cannot import them. `PROVIDERS` below says, entry-points
+style, which module defines the registry of each kind and registers its built-in entries;
+`registry(kind)` imports that module on first use (importlib) and returns the registry it made. A
+registry of a kind without a provider (a test's, a plugin's) is an ordinary local object.
+"""
 
 from __future__ import annotations
 
+import importlib
 from typing import Callable, Generic, TypeVar
 
 T = TypeVar("T")
+
+# kind -> the module that defines that registry and registers its built-in entries on import
+PROVIDERS: dict[str, str] = {
+    "problem": "spotrl.problems",
+    "advantage estimator": "spotrl.rl.advantages",
+    "per-token advantage estimator": "spotrl.rl.advantages",
+    "KL estimator": "spotrl.rl.losses",
+    "loss aggregation": "spotrl.rl.losses",
+    "verifier": "spotrl.rewards.verifiers",
+}
+
+_PROVIDED: dict[str, "Registry"] = {}  # kind -> the registry its provider module made
 
 
 class Registry(Generic[T]):
     def __init__(self, kind: str):
         self.kind = kind
         self._items: dict[str, T] = {}
+        if kind in PROVIDERS:
+            if kind in _PROVIDED:  # two registries of one kind would split its names
+                raise ValueError(f"a {kind} registry already exists (in {PROVIDERS[kind]})")
+            _PROVIDED[kind] = self
 
     def register(self, name: str) -> Callable[[T], T]:
         def wrap(item: T) -> T:
@@ -32,3 +58,17 @@ class Registry(Generic[T]):
 
     def names(self) -> list[str]:
         return sorted(self._items)
+
+    def check(self, name: str) -> str:
+        """`name` if it is registered, else the ValueError of a lookup (which lists the known names)."""
+        self[name]
+        return name
+
+
+def registry(kind: str) -> Registry:
+    """The registry of `kind`, its provider module imported first if it was not yet."""
+    if kind not in _PROVIDED:
+        if kind not in PROVIDERS:
+            raise KeyError(f"no provider for {kind!r} registries; known kinds: {sorted(PROVIDERS)}")
+        importlib.import_module(PROVIDERS[kind])
+    return _PROVIDED[kind]

@@ -136,3 +136,22 @@ def test_masked_whiten():
     # valid 1,2,3: mean 2, population std sqrt(2/3) = .8164966; the 100 is padding
     out = masked_whiten(jnp.array([[1.0, 2.0, 3.0, 100.0]]), jnp.array([[1, 1, 1, 0]]), eps=0.0)
     np.testing.assert_allclose(out, [[-1.2247449, 0.0, 1.2247449, 0.0]], rtol=1e-6, atol=1e-7)
+
+
+def test_every_advantage_has_one_lookup_and_gae_is_registered():
+    from spotrl.rl.advantages import PER_TOKEN_ADVANTAGE_ESTIMATORS
+    from spotrl.rl.shaping import token_level_rewards
+    from spotrl.rl.update import AdvantageSpec, compute_advantages
+
+    assert PER_TOKEN_ADVANTAGE_ESTIMATORS.names() == ["gae", "reinforce_pp", "reinforce_pp_baseline"]
+    assert "gae" not in ADVANTAGE_ESTIMATORS and AdvantageSpec("gae", 2).per_token
+    rng = np.random.default_rng(0)
+    rewards = rng.normal(size=4).astype(np.float32)
+    mask = np.array([[1, 1, 0], [1, 1, 1], [1, 0, 0], [1, 1, 1]], bool)
+    values = rng.normal(size=(4, 3)).astype(np.float32)
+    adv, returns = compute_advantages(AdvantageSpec("gae", 2, gamma=0.9, lam=0.8), rewards, mask, old_values=values)
+    want_adv, want_returns = gae(token_level_rewards(jnp.asarray(rewards), mask), jnp.asarray(values), mask, 0.9, 0.8)
+    np.testing.assert_array_equal(adv, masked_whiten(want_adv, mask))  # bit-identical to the composition
+    np.testing.assert_array_equal(returns, want_returns)
+    with pytest.raises(ValueError, match="has no per-token form"):
+        compute_advantages(AdvantageSpec("grpo", 2, kl_in_reward_coef=0.1), rewards, mask, values, values)

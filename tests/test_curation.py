@@ -8,6 +8,12 @@ from spotrl.curation.schema import SchemaError, to_dataset, validate_rows
 from spotrl.curation.store import load_split, save_splits
 
 
+def _arithmetic_splits(seed, train_size, eval_size):
+    """The built-in arithmetic splits as the run stores them (validated `datasets.Dataset`s)."""
+    train, held_out = arithmetic.make_splits(seed, train_size, eval_size)
+    return to_dataset(train, "arithmetic/train"), to_dataset(held_out, "arithmetic/eval")
+
+
 def _row(**kw):
     row = {"id": "a", "prompt": "1+1=", "answer": "2", "source": "test"}
     row.update(kw)
@@ -39,8 +45,8 @@ def test_schema_rejects_unknown_column():
 
 
 def test_splits_are_deterministic_disjoint_and_correct():
-    train, held_out = arithmetic.make_splits(7, 500, 50)
-    again, _ = arithmetic.make_splits(7, 500, 50)
+    train, held_out = _arithmetic_splits(7, 500, 50)
+    again, _ = _arithmetic_splits(7, 500, 50)
     assert train["prompt"] == again["prompt"]
     assert not set(train["prompt"]) & set(held_out["prompt"])
     assert len(set(train["prompt"])) == 500
@@ -48,7 +54,7 @@ def test_splits_are_deterministic_disjoint_and_correct():
         a, b = prompt.rstrip("=").split("+")
         assert len(a) == len(b) == 4 and int(a) + int(b) == int(answer)
         assert 10 <= int(a) <= 9999 and 10 <= int(b) <= 9999
-    other, _ = arithmetic.make_splits(8, 500, 50)
+    other, _ = _arithmetic_splits(8, 500, 50)
     assert other["prompt"] != train["prompt"]
 
 
@@ -65,7 +71,7 @@ def test_batches_walk_epochs_without_repeats():
 
 
 def test_store_roundtrip_with_manifest(tmp_path):
-    train, held_out = arithmetic.make_splits(0, 100, 10)
+    train, held_out = _arithmetic_splits(0, 100, 10)
     manifest = save_splits(tmp_path, {"train": train, "eval": held_out})
     assert manifest["splits"]["train"]["rows"] == 100
     assert load_split(tmp_path, "eval")["prompt"] == held_out["prompt"]

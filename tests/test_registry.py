@@ -15,3 +15,20 @@ def test_register_lookup_and_errors():
         reg["b"]
     with pytest.raises(ValueError, match="already registered"):
         reg.register("a")(a)
+
+
+def test_check_and_lazy_providers():
+    from spotrl.registry import PROVIDERS, registry
+    from spotrl.rl.advantages import ADVANTAGE_ESTIMATORS, PER_TOKEN_ADVANTAGE_ESTIMATORS
+
+    assert registry("advantage estimator") is ADVANTAGE_ESTIMATORS
+    assert registry("per-token advantage estimator") is PER_TOKEN_ADVANTAGE_ESTIMATORS
+    assert registry("advantage estimator").check("grpo") == "grpo"
+    with pytest.raises(ValueError, match="no KL estimator 'k9'; known: \\['k1', 'k2', 'k3'\\]"):
+        registry("KL estimator").check("k9")
+    for kind in PROVIDERS:  # every provider module makes the registry it is named for
+        assert registry(kind).kind == kind
+    with pytest.raises(ValueError, match="already exists"):
+        Registry("verifier")  # a second registry of a provided kind would split its names
+    with pytest.raises(KeyError, match="no provider"):
+        registry("widget")

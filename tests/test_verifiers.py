@@ -20,7 +20,7 @@ def test_reversed_digits_exact(completion, stopped, answer, expected):
     assert reversed_digits_exact(completion, stopped, answer) == expected
 
 
-def test_score_batch_and_unknown_task():
+def test_score_batch_and_unknown_verifier():
     np.testing.assert_array_equal(score("arithmetic", ["21", "3"], [True, True], ["12", "4"]), [1.0, 0.0])
-    with pytest.raises(ValueError, match="no verifier for task 'poetry'"):
+    with pytest.raises(ValueError, match="no verifier 'poetry'"):
         get_verifier("poetry")

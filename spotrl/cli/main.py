@@ -177,7 +177,7 @@ def _export(args) -> int:
 
     from spotrl.flows import rundir
     from spotrl.model.hf.export import export_checkpoint
-    from spotrl.problems import spec as taskspec
+    from spotrl.problems import get_problem
     from spotrl.model.hf.config import CheckpointError
     from spotrl.model.policy import abstract_model
     from spotrl.storage.weights import WeightStore
@@ -187,7 +187,7 @@ def _export(args) -> int:
     version = store.resolve(args.version)
     params = store.load(version, nnx.to_pure_dict(abstract_model(config.model)[1]))
     # a run from a checkpoint keeps its tokenizer files; the built-in model gets the character tokenizer's
-    tokenizer = {"tokenizer_from": config.model.path} if config.model.path else {"tokenizer": taskspec.tokenizer(config.problem.name)}
+    tokenizer = {"tokenizer_from": config.model.path} if config.model.path else {"tokenizer": get_problem(config.problem.name).tokenizer()}
     try:
         out = export_checkpoint(params, config.model, args.out, dtype=args.dtype, **tokenizer)
     except (CheckpointError, FileExistsError, ValueError) as err:

@@ -74,8 +74,9 @@ def canonicalize(raw: RawSource, require: str | None = None,
                  alphabet: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, int]]:
     """(valid canonical rows, quarantined rows, {problem kind: rows}) of one source.
 
-    For a training task: `require` names the field its verifier needs ("answer" or "tests"), and
-    `alphabet` the characters its tokenizer can encode (prompt, and an answer checked as text)."""
+    For the run's problem (`spotrl.problems.Problem`): `require` names the field its verifier needs
+    ("answer" or "tests": its `reference_field`), and `alphabet` the characters its tokenizer can
+    encode (prompt, and an answer checked as text)."""
     spec, fields = raw.spec, resolve_mapping(raw)
     used = set(fields.values())
     rows, index = [], []
@@ -97,7 +98,7 @@ def canonicalize(raw: RawSource, require: str | None = None,
     for row, record in zip(index, rows):
         if row in problems:  # already quarantined: one reason is enough
             continue
-        for field, problem in _task_problems(record, require, alphabet):
+        for field, problem in _unusable_for_problem(record, require, alphabet):
             problems.setdefault(row, {}).setdefault(field, problem)
     raw_text = {}
     for row, field, problem, text in raw.errors:
@@ -120,8 +121,8 @@ def canonicalize(raw: RawSource, require: str | None = None,
     return good, quarantine, kinds
 
 
-def _task_problems(record: dict, require: str | None, alphabet: str | None):
-    """(field, problem) of a row the task cannot train on: no reference for its verifier, or text its
+def _unusable_for_problem(record: dict, require: str | None, alphabet: str | None):
+    """(field, problem) of a row the run's problem cannot train on: no reference for its verifier, or text its
     tokenizer cannot encode."""
     if require and not (isinstance(record[require], str) and record[require].strip()):
         yield require, "missing (the task's verifier needs it)"

@@ -42,7 +42,7 @@ def estimated_rows(train: pd.DataFrame, seed: int, prompts: int | None) -> pd.Da
     return train.iloc[chosen]
 
 
-def policy_sample_rewards(graphdef, state, tokenizer, task: str, sampling, key, workers: int = 1):
+def policy_sample_rewards(graphdef, state, tokenizer, verifier: str, sampling, key, workers: int = 1):
     """`sample_rewards(rows, n)` for difficulty.py, with the policy `state`: batch b samples with
     fold_in(key, b), b counting the calls, so a re-estimate draws the same completions."""
     import jax
@@ -55,7 +55,7 @@ def policy_sample_rewards(graphdef, state, tokenizer, task: str, sampling, key, 
     def sample_rewards(rows: pd.DataFrame, n: int) -> np.ndarray:
         completions = sample_completions(graphdef, state, tokenizer, list(rows["prompt"]), n, sampling,
                                          jax.random.fold_in(key, next(calls)))
-        rewards = score(task, completions.texts, completions.stopped, [a for a in rows["answer"] for _ in range(n)],
+        rewards = score(verifier, completions.texts, completions.stopped, [a for a in rows["answer"] for _ in range(n)],
                         workers=workers)
         return rewards.reshape(len(rows), n)
 

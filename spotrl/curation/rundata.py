@@ -1,9 +1,9 @@
-"""The curated data of a run: the built-in task's prompts, or the config's dataset sources curated.
+"""The curated data of a run: the problem's built-in prompts, or the config's dataset sources curated.
 
 With `curation.sources` the pipeline (pipeline.py) writes its product to RUN/curation/ (canonical
 splits, removed rows, the manifest with the summary and the hash of the inputs), the rows that fail
 go to RUN/quarantine.parquet with the reason, and RUN/data gets the prompt rows the trainer reads
-(`taskspec.run_rows`). The held-out split has `problem.eval_size` rows; the rest is training data.
+(`Problem.run_rows`). The held-out split has `problem.eval_size` rows; the rest is training data.
 
 `inputs_sha256` is what the flow's curate task caches on, next to its inputs: the content of every
 source file, the mappings and the options, so curation re-runs when a source file changes even
@@ -16,7 +16,7 @@ import uuid
 from pathlib import Path
 
 from spotrl.storage.paths import as_path
-from spotrl.problems import spec as taskspec
+from spotrl.problems import get_problem
 from spotrl.curation.manifest import load_curated
 from spotrl.curation.pipeline import CurateOptions, curate, inputs_sha256 as pipeline_inputs_sha256
 from spotrl.curation.schema import to_dataset
@@ -35,16 +35,16 @@ def source_specs(curation_cfg) -> tuple[list[SourceSpec], list[SourceSpec]]:
 
 
 def curate_options(config) -> CurateOptions:
-    c, task = config.curation, config.problem.name
+    c, problem = config.curation, get_problem(config.problem.name)
     weights = {s.name: s.weight for s in c.sources if s.weight is not None}
     if weights:  # a source without a weight among weighted ones contributes nothing: say so by 0
         weights = {s.name: weights.get(s.name, 0.0) for s in c.sources}
     return CurateOptions(seed=config.seed, ngram=c.ngram, eval_size=config.problem.eval_size, total=c.total,
-                         weights=weights, require=taskspec.REFERENCE_FIELD[task], alphabet=taskspec.alphabet(task))
+                         weights=weights, require=problem.reference_field, alphabet=problem.alphabet)
 
 
 def inputs_sha256(config) -> str | None:
-    """Hash of everything curation reads (None for the built-in task, which the config fully decides)."""
+    """Hash of everything curation reads (None for built-in prompts, which the config fully decides)."""
     if not config.curation.sources:
         return None
     sources, eval_sources = source_specs(config.curation)
@@ -60,11 +60,20 @@ def cache_key(_task_run_context, inputs: dict) -> str | None:
         return f"unreadable-{uuid.uuid4().hex}"
 
 
+def builtin_splits(problem_cfg, seed: int) -> dict:
+    """The problem's built-in {"train", "eval"} splits as validated `datasets.Dataset`s of prompt rows."""
+    problem = get_problem(problem_cfg.name)
+    if problem.builtin_splits is None:
+        raise ValueError(f"problem {problem.name!r} has no built-in prompts: name dataset sources in curation.sources")
+    train, held_out = problem.builtin_splits(problem_cfg, seed)
+    return {"train": to_dataset(train, f"{problem.name}/train"), "eval": to_dataset(held_out, f"{problem.name}/eval")}
+
+
 def prepare(config, run_dir: str | Path) -> dict:
     """Write RUN/data (and, from sources, RUN/curation and RUN/quarantine.parquet); returns a reference."""
     run_dir = as_path(run_dir)
     if not config.curation.sources:
-        manifest = save_splits(run_dir / "data", taskspec.builtin_splits(config.problem, config.seed))
+        manifest = save_splits(run_dir / "data", builtin_splits(config.problem, config.seed))
         return {"uri": str(run_dir / "data"), "sha256": manifest["sha256"],
                 "rows": {k: v["rows"] for k, v in manifest["splits"].items()}}
 
@@ -81,8 +90,8 @@ def prepare(config, run_dir: str | Path) -> dict:
     if summary["train"] == 0:
         raise CurationError(f"curation.sources kept no training rows of {summary['read']} read "
                             f"({summary['quarantined']} quarantined, see {run_dir / 'quarantine.parquet'})")
-    task = config.problem.name
-    splits = {name: to_dataset(taskspec.run_rows(task, load_curated(out, name)), f"{out / name}.parquet")
+    problem = get_problem(config.problem.name)
+    splits = {name: to_dataset(problem.run_rows(load_curated(out, name)), f"{out / name}.parquet")
               for name in SPLITS}
     manifest = save_splits(run_dir / "data", splits)
     counts = {k: summary[k] for k in ("read", "quarantined", "duplicates", "contaminated", "not_sampled", "train", "eval")}

@@ -10,10 +10,10 @@ from spotrl.rollout.sampler import SamplingParams
 from spotrl.rewards.score import score
 
 
-def evaluate_pass_at_k(graphdef, state, tokenizer, task: str, prompts, answers, *, n: int, k: int,
+def evaluate_pass_at_k(graphdef, state, tokenizer, verifier: str, prompts, answers, *, n: int, k: int,
                        sampling: SamplingParams, key: jax.Array) -> dict:
     completions = sample_completions(graphdef, state, tokenizer, list(prompts), n, sampling, key)
-    rewards = score(task, completions.texts, completions.stopped, [a for a in answers for _ in range(n)])
+    rewards = score(verifier, completions.texts, completions.stopped, [a for a in answers for _ in range(n)])
     correct = rewards.reshape(len(prompts), n).sum(axis=1)
     return {
         "pass_at_1": mean_pass_at_k(correct, n, 1),
@@ -25,8 +25,8 @@ def evaluate_pass_at_k(graphdef, state, tokenizer, task: str, prompts, answers, 
     }
 
 
-def greedy_accuracy(graphdef, state, tokenizer, task: str, prompts, answers, max_new_tokens: int) -> float:
+def greedy_accuracy(graphdef, state, tokenizer, verifier: str, prompts, answers, max_new_tokens: int) -> float:
     sampling = SamplingParams(max_new_tokens=max_new_tokens, stop_token=tokenizer.eos_id,
                               pad_token=tokenizer.pad_id, temperature=0.0, stop_tokens=tokenizer.stop_ids)
     completions = sample_completions(graphdef, state, tokenizer, list(prompts), 1, sampling, jax.random.key(0))
-    return float(score(task, completions.texts, completions.stopped, list(answers)).mean())
+    return float(score(verifier, completions.texts, completions.stopped, list(answers)).mean())

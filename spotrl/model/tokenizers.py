@@ -1,6 +1,11 @@
-"""Character tokenizer for the built-in tasks: one token per character of a fixed alphabet."""
+"""Character tokenizers for the built-in model: one token per character of a fixed alphabet.
+
+A problem (`spotrl.problems`) chooses the alphabet and the class; the alphabets it picks from are here.
+"""
 
 from __future__ import annotations
+
+import string
 
 import numpy as np
 
@@ -8,11 +13,17 @@ from spotrl.model.sequences import left_pad
 
 PAD, EOS, BOS = "<pad>", "<eos>", "<bos>"
 
+DIGITS_ALPHABET = "0123456789+="  # `a+b=` and its answer
+# Code and math text: printable ASCII with newline and tab (no \r, \v, \f: they carry no meaning
+# in a prompt and would only be a way to write the same text twice).
+TEXT_ALPHABET = string.digits + string.ascii_letters + string.punctuation + " \n\t"
+PROMPT_BUCKET = 128  # BucketedCharTokenizer left-pads prompts to a multiple of this many tokens
+
 
 class CharTokenizer:
     """ids 0, 1, 2 are pad, eos and bos; then one id per character of `alphabet`."""
 
-    def __init__(self, alphabet: str = "0123456789+="):
+    def __init__(self, alphabet: str = DIGITS_ALPHABET):
         if len(set(alphabet)) != len(alphabet):
             raise ValueError(f"alphabet has repeated characters: {alphabet!r}")
         self.alphabet = alphabet
@@ -45,3 +56,14 @@ class CharTokenizer:
         """Prompts with BOS, left-padded to `length` (default: the longest): tokens and validity mask."""
         encoded = [self.encode(t, bos=True) for t in texts]
         return left_pad(encoded, texts, self.pad_id, length)
+
+
+class BucketedCharTokenizer(CharTokenizer):
+    """Text prompts vary in length, and every new padded length is a new shape to jit-compile
+    (sampler, scoring, train step): a few lengths instead of one per batch."""
+
+    def encode_batch_left_padded(self, texts, length=None):
+        if length is None:
+            longest = max(len(t) for t in texts) + 1  # + BOS
+            length = -(-longest // PROMPT_BUCKET) * PROMPT_BUCKET
+        return super().encode_batch_left_padded(texts, length)

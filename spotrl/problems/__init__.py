@@ -1,0 +1,8 @@
+"""The problems a run can train on, one registered `Problem` spec each (see spec.py): arithmetic,
+code, math. Importing the package registers them in `PROBLEMS`; this package is the registry's
+provider (spotrl.registry.PROVIDERS), so `registry("problem")` finds them without importing it."""
+
+from spotrl.problems.spec import PROBLEMS, Problem, get_problem
+from spotrl.problems import arithmetic, code, math  # noqa: F401  (registration)
+
+__all__ = ["PROBLEMS", "Problem", "get_problem"]

@@ -1,8 +1,8 @@
-"""The built-in arithmetic task: `a+b=` with exact, verifiable answers.
+"""The built-in arithmetic problem: `a+b=` with exact, verifiable answers.
 
 Operands have 2..4 digits and are zero-padded to 4 in the prompt ("0012+0345="). Answers are
 written least-significant digit first ("753" for 357): the order in which a left-to-right decoder
-can compute carries, which makes the task learnable by a tiny model on a CPU. Splits are generated
+can compute carries, which makes the problem learnable by a tiny model on a CPU. Splits are generated
 deterministically from the seed; the train split never contains a held-out prompt.
 """
 
@@ -11,7 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from spotrl.curation.schema import to_dataset
+from spotrl.model.tokenizers import DIGITS_ALPHABET, CharTokenizer
+from spotrl.problems.spec import Problem, register
 
 SOURCE = "builtin/arithmetic"
 WIDTH = 4
@@ -32,8 +33,9 @@ def completion_text(answer: str) -> str:
     return answer[::-1]
 
 
-def make_splits(seed: int, train_size: int, eval_size: int, min_digits: int = 2, max_digits: int = 4):
-    """Train and held-out splits as validated `datasets.Dataset`s (id, prompt, answer, source)."""
+def make_splits(seed: int, train_size: int, eval_size: int, min_digits: int = 2,
+                max_digits: int = 4) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Train and held-out splits as frames of prompt rows (id, prompt, answer, source)."""
     if not 1 <= min_digits <= max_digits <= WIDTH:
         raise ValueError(f"need 1 <= min_digits <= max_digits <= {WIDTH}, got {min_digits}, {max_digits}")
     if train_size + eval_size > distinct_problems(min_digits, max_digits):
@@ -43,7 +45,7 @@ def make_splits(seed: int, train_size: int, eval_size: int, min_digits: int = 2,
     draw = lambda n: _problems(rng, n, min_digits, max_digits)  # noqa: E731
     eval_rows = _unique_rows(draw, eval_size, "eval", exclude=set())
     train_rows = _unique_rows(draw, train_size, "train", set(eval_rows["prompt"]))
-    return to_dataset(train_rows, "arithmetic/train"), to_dataset(eval_rows, "arithmetic/eval")
+    return train_rows, eval_rows
 
 
 def distinct_problems(min_digits: int, max_digits: int) -> int:
@@ -64,3 +66,29 @@ def _unique_rows(draw, size: int, split: str, exclude: set[str], max_rounds: int
             if len(rows) == size:
                 return pd.DataFrame(rows)
     raise ValueError(f"could only generate {len(rows)} distinct {split} problems, {size} asked")
+
+
+def _target(answer, metadata) -> str | None:
+    return completion_text(answer) if isinstance(answer, str) else None
+
+
+def _builtin_splits(problem_cfg, seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    p = problem_cfg
+    return make_splits(seed, p.train_size, p.eval_size, p.min_digits, p.max_digits)
+
+
+def _check_config(config) -> None:
+    p = config.problem
+    capacity = distinct_problems(p.min_digits, p.max_digits)
+    if not config.curation.sources and p.train_size + p.eval_size > capacity:
+        raise ValueError(f"problem.train_size + problem.eval_size ({p.train_size + p.eval_size}) > the "
+                         f"{capacity} distinct problems with {p.min_digits}..{p.max_digits} digits")
+
+
+ARITHMETIC = register(Problem(
+    name="arithmetic", alphabet=DIGITS_ALPHABET,
+    tokenizer_class=CharTokenizer,  # prompts of one length: nothing to bucket
+    verifier="arithmetic", reference_field="answer", target=_target, builtin_splits=_builtin_splits,
+    longest_prompt=prompt_text(9999, 9999),  # every prompt has this length
+    check_config=_check_config,
+))

@@ -1,4 +1,4 @@
-"""The built-in code task: write a small Python function that passes given tests, generated offline.
+"""The built-in code problem: write a small Python function that passes given tests, generated offline.
 
 Each problem comes from a family (add a constant, count a character, sum multiples, ...) with drawn
 parameters. The prompt states the function and shows one example call; `tests` holds five
@@ -18,7 +18,8 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from spotrl.curation.mixing import derive_rng
+from spotrl.model.tokenizers import TEXT_ALPHABET, BucketedCharTokenizer
+from spotrl.problems.spec import Problem, register
 
 SOURCE = "builtin/code"
 TESTS_PER_PROBLEM = 5
@@ -129,7 +130,9 @@ def completion_text(reference: str) -> str:
 
 def make_splits(seed: int, train_size: int, eval_size: int, max_rounds: int = 50) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Train and held-out problems as canonical frames (id, prompt, answer=None, tests, source, metadata)."""
-    rng = derive_rng(seed, "code-task")
+    from spotrl.rng import derive_numpy_rng  # imports JAX: here, not when the config validates
+
+    rng = derive_numpy_rng(seed, "code-task")
     seen: set[str] = set()
 
     def draw(size: int, split: str) -> pd.DataFrame:
@@ -150,3 +153,23 @@ def make_splits(seed: int, train_size: int, eval_size: int, max_rounds: int = 50
     held_out = draw(eval_size, "eval")
     train = draw(train_size, "train")
     return train, held_out
+
+
+def _target(answer, metadata) -> str | None:
+    """The reference solution (from the row's metadata) as a completion; None without one."""
+    try:
+        reference = json.loads(metadata).get("reference") if isinstance(metadata, str) else None
+    except ValueError:
+        reference = None
+    return completion_text(reference) if isinstance(reference, str) else None
+
+
+def _builtin_splits(problem_cfg, seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    train, held_out = make_splits(seed, problem_cfg.train_size, problem_cfg.eval_size)
+    return CODE.run_rows(train), CODE.run_rows(held_out)
+
+
+CODE = register(Problem(
+    name="code", alphabet=TEXT_ALPHABET, tokenizer_class=BucketedCharTokenizer, verifier="code",
+    reference_field="tests", target=_target, builtin_splits=_builtin_splits,
+))

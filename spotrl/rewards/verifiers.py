@@ -1,4 +1,6 @@
-"""Verifiers, in a registry keyed by task name: exact reversed digits, math answers, code in a sandbox."""
+"""Verifiers, in a registry keyed by name: exact reversed digits, math answers, code in a sandbox.
+
+A problem (`spotrl.problems.Problem.verifier`) names the one that checks its completions."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ from spotrl.registry import Registry
 
 # (completion text, ended with the stop token, reference answer) -> reward
 Verifier = Callable[[str, bool, str], float]
-VERIFIERS: Registry[Verifier] = Registry("verifier for task")
+VERIFIERS: Registry[Verifier] = Registry("verifier")
 
 
 @VERIFIERS.register("arithmetic")
@@ -38,5 +40,5 @@ def code_tests(completion: str, stopped: bool, tests: str) -> float:
     return code_reward(completion, stopped, tests)
 
 
-def get_verifier(task: str) -> Verifier:
-    return VERIFIERS[task]
+def get_verifier(name: str) -> Verifier:
+    return VERIFIERS[name]

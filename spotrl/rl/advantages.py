@@ -7,9 +7,17 @@ Sequence-level estimators live in `ADVANTAGE_ESTIMATORS`, keyed by name, all wit
 where row g holds the G sampled completions of one prompt. `eps` is accepted by every estimator
 (so a config can pass it blindly) and used only by those that divide by a standard deviation.
 
-Token-level helpers for value-based and return-based methods (PPO's GAE, REINFORCE++ with a
-per-token KL reward) follow, with the convention that `mask` [B, N] marks the completion tokens
-that are actions; masked positions are skipped, never treated as time steps.
+Token-level estimators, for rewards that live on tokens (PPO's GAE, REINFORCE++ with a per-token
+KL reward), live in `PER_TOKEN_ADVANTAGE_ESTIMATORS`, with one signature:
+
+    estimator(rewards [B], mask [B, N], *, group_size, kl=None, kl_coef=0.0, values=None, gamma, lam)
+        -> (advantages [B, N], value targets [B, N] or None)
+
+where `kl` [B, N] (times `kl_coef`) is subtracted from the per-token rewards and `values` are the
+critic's (GAE only). The helpers they are made of follow, with the convention that `mask` [B, N]
+marks the completion tokens that are actions; masked positions are skipped, never treated as time
+steps. An advantage name is one of either registry ("gae" only has a per-token form); the config's
+`algorithm.advantage` accepts the names of both.
 """
 
 from __future__ import annotations
@@ -20,8 +28,12 @@ import jax
 import jax.numpy as jnp
 
 from spotrl.registry import Registry
+from spotrl.rl.shaping import token_level_rewards
 
 ADVANTAGE_ESTIMATORS: Registry[Callable[..., jnp.ndarray]] = Registry("advantage estimator")
+PER_TOKEN_ADVANTAGE_ESTIMATORS: Registry[Callable[..., tuple[jax.Array, jax.Array | None]]] = Registry(
+    "per-token advantage estimator"
+)
 
 
 @ADVANTAGE_ESTIMATORS.register("grpo")
@@ -143,3 +155,26 @@ def masked_whiten(x: jax.Array, mask: jax.Array, eps: float = 1e-8) -> jax.Array
     mean = (x * m).sum() / n
     var = (jnp.square(x - mean) * m).sum() / n
     return jnp.where(mask.astype(bool), (x - mean) / (jnp.sqrt(var) + eps), 0.0)
+
+
+@PER_TOKEN_ADVANTAGE_ESTIMATORS.register("gae")
+def gae_advantages(rewards, mask, *, group_size, kl=None, kl_coef=0.0, values=None, gamma=1.0, lam=0.95):
+    """PPO: GAE over the per-token rewards with the critic's values, whitened; the returns are the
+    value head's targets."""
+    advantages, returns = gae(token_level_rewards(rewards, mask, kl, kl_coef), jnp.asarray(values), mask, gamma, lam)
+    return masked_whiten(advantages, mask), returns
+
+
+@PER_TOKEN_ADVANTAGE_ESTIMATORS.register("reinforce_pp")
+def whitened_token_returns(rewards, mask, *, group_size, kl=None, kl_coef=0.0, values=None, gamma=1.0, lam=0.95):
+    """REINFORCE++ with rewards on tokens: discounted returns, whitened over the batch's tokens."""
+    return masked_whiten(discounted_returns(token_level_rewards(rewards, mask, kl, kl_coef), mask, gamma), mask), None
+
+
+@PER_TOKEN_ADVANTAGE_ESTIMATORS.register("reinforce_pp_baseline")
+def group_centered_whitened_token_returns(rewards, mask, *, group_size, **kwargs):
+    """REINFORCE++-baseline with rewards on tokens: sequence rewards minus their group's mean, then
+    as `reinforce_pp`."""
+    grouped = rewards.reshape(-1, group_size)
+    centered = (grouped - grouped.mean(-1, keepdims=True)).reshape(-1)
+    return whitened_token_returns(centered, mask, group_size=group_size, **kwargs)

@@ -18,17 +18,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from spotrl.model import sequences
-from spotrl.rl.advantages import ADVANTAGE_ESTIMATORS, discounted_returns, gae, masked_whiten
+from spotrl.rl.advantages import ADVANTAGE_ESTIMATORS, PER_TOKEN_ADVANTAGE_ESTIMATORS
 from spotrl.rl.losses import KL_ESTIMATORS
-from spotrl.rl.shaping import token_level_rewards
 from spotrl.rl.train_step import RLBatch
-
-TOKEN_LEVEL = ("gae",)
 
 
 @dataclasses.dataclass(frozen=True)
 class AdvantageSpec:
-    estimator: str  # a name in ADVANTAGE_ESTIMATORS, or "gae"
+    estimator: str  # a name in ADVANTAGE_ESTIMATORS or PER_TOKEN_ADVANTAGE_ESTIMATORS
     group_size: int
     eps: float = 1e-4
     kl_in_reward_coef: float = 0.0  # > 0: rewards go on tokens, minus coef * KL(behaviour || reference)
@@ -38,7 +35,8 @@ class AdvantageSpec:
 
     @property
     def per_token(self) -> bool:
-        return self.estimator in TOKEN_LEVEL or self.kl_in_reward_coef > 0
+        """Rewards on tokens: KL in the reward, or an estimator with only a per-token form (GAE)."""
+        return self.kl_in_reward_coef > 0 or self.estimator not in ADVANTAGE_ESTIMATORS
 
 
 def advantage_spec(algorithm, group_size: int) -> AdvantageSpec:
@@ -56,19 +54,15 @@ def compute_advantages(spec: AdvantageSpec, rewards, mask, old_logprobs=None, re
     rewards = jnp.asarray(rewards, jnp.float32)
     if not spec.per_token:
         return ADVANTAGE_ESTIMATORS[spec.estimator](rewards.reshape(-1, spec.group_size), eps=spec.eps).reshape(-1), None
-    if spec.estimator == "reinforce_pp_baseline":
-        grouped = rewards.reshape(-1, spec.group_size)
-        rewards = (grouped - grouped.mean(-1, keepdims=True)).reshape(-1)
+    if spec.estimator not in PER_TOKEN_ADVANTAGE_ESTIMATORS:
+        raise ValueError(f"advantage {spec.estimator!r} has no per-token form (KL in the reward needs one of "
+                         f"{PER_TOKEN_ADVANTAGE_ESTIMATORS.names()})")
     kl = None
     if spec.kl_in_reward_coef > 0:
         kl = KL_ESTIMATORS[spec.kl_estimator](jnp.asarray(old_logprobs), jnp.asarray(ref_logprobs))
-    token_rewards = token_level_rewards(rewards, mask, kl, spec.kl_in_reward_coef)
-    if spec.estimator == "gae":
-        advantages, returns = gae(token_rewards, jnp.asarray(old_values), mask, spec.gamma, spec.lam)
-        return masked_whiten(advantages, mask), returns
-    if spec.estimator in ("reinforce_pp", "reinforce_pp_baseline"):
-        return masked_whiten(discounted_returns(token_rewards, mask, spec.gamma), mask), None
-    raise ValueError(f"advantage {spec.estimator!r} has no per-token form (KL in the reward needs reinforce_pp or gae)")
+    return PER_TOKEN_ADVANTAGE_ESTIMATORS[spec.estimator](
+        rewards, mask, group_size=spec.group_size, kl=kl, kl_coef=spec.kl_in_reward_coef, values=old_values,
+        gamma=spec.gamma, lam=spec.lam)
 
 
 def policy_update(step_fn, state: dict, *, prompt_tokens, prompt_valid, tokens, lengths, old_logprobs, rewards,

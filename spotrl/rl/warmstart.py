@@ -17,7 +17,7 @@ from spotrl.rng import derive_numpy_rng
 from spotrl.rl.train_step import build_sft_step, make_optimizer
 
 
-def supervised_warm_start(policy, tokenizer, task: str, prompts: list[str], answers: list[str],
+def supervised_warm_start(policy, tokenizer, verifier: str, prompts: list[str], answers: list[str],
                           targets: list[str], cfg, *, seed: int, max_new_tokens: int, log=print):
     """Returns (params as nnx.State, info) after training until greedy accuracy >= cfg.target_greedy_accuracy."""
     # a copy: the step donates its inputs, and the policy's initial state serves as a template later
@@ -37,7 +37,7 @@ def supervised_warm_start(policy, tokenizer, task: str, prompts: list[str], answ
         state, opt_state, loss = step_fn(state, opt_state, tokens, valid, target_mask)
         steps += 1
         if steps % cfg.check_every == 0:
-            accuracy = greedy_accuracy(policy.graphdef, state, tokenizer, task, check_prompts, check_answers, max_new_tokens)
+            accuracy = greedy_accuracy(policy.graphdef, state, tokenizer, verifier, check_prompts, check_answers, max_new_tokens)
             log(f"warm start step {steps}: loss {float(loss):.3f}, greedy accuracy {accuracy:.1%}")
             if accuracy >= cfg.target_greedy_accuracy:
                 break
@@ -49,7 +49,7 @@ def _check_set(rng, prompts, answers, size: int) -> tuple[list, list]:
     return [prompts[i] for i in check], [answers[i] for i in check]
 
 
-def pretrained_start(policy, tokenizer, task: str, prompts: list[str], answers: list[str], targets: list[str], cfg,
+def pretrained_start(policy, tokenizer, verifier: str, prompts: list[str], answers: list[str], targets: list[str], cfg,
                      *, seed: int, max_new_tokens: int):
     """The starting point of a run from a pretrained checkpoint: its own parameters, no supervised steps
     (`targets`, the reference completions, are not used: the signature is supervised_warm_start's).
@@ -60,7 +60,7 @@ def pretrained_start(policy, tokenizer, task: str, prompts: list[str], answers: 
     greedy accuracy on the same check prompts is still measured and reported.
     """
     check_prompts, check_answers = _check_set(derive_numpy_rng(seed, "warmstart"), prompts, answers, cfg.check_prompts)
-    accuracy = greedy_accuracy(policy.graphdef, policy.init_state, tokenizer, task, check_prompts, check_answers,
+    accuracy = greedy_accuracy(policy.graphdef, policy.init_state, tokenizer, verifier, check_prompts, check_answers,
                                max_new_tokens)
     # a copy: the RL step donates its inputs, and the initial state serves as a template later
     return jax.tree.map(jnp.copy, policy.init_state), {"steps": 0, "greedy_accuracy": accuracy}

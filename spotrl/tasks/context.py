@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from spotrl.problems import spec as taskspec
+from spotrl.problems import get_problem
 from spotrl.curation.store import load_split
 from spotrl.config import RunConfig
 from spotrl.model.hf.loader import build_policy
@@ -55,8 +55,8 @@ class RunContext:
     def __post_init__(self):
         cfg = self.config
         # model.path: a Hugging Face checkpoint and its tokenizer, checked before anything loads;
-        # otherwise the built-in model with its task's character tokenizer
-        self.policy, self.tokenizer = build_policy(cfg.model, cfg.seed, taskspec.tokenizer(cfg.problem.name))
+        # otherwise the built-in model with its problem's character tokenizer
+        self.policy, self.tokenizer = build_policy(cfg.model, cfg.seed, get_problem(cfg.problem.name).tokenizer())
         self.optimizer = make_optimizer(**cfg.optimizer.model_dump())
         value = cfg.algorithm.value
         self.critic_graphdef = self.critic_init_state = self.critic_optimizer = None
@@ -100,10 +100,9 @@ class RunContext:
     def memory_summary(self) -> str:
         """The run's memory estimate, for the log at start."""
         cfg = self.config
-        if cfg.problem.name == "arithmetic":  # every prompt of the task has the length of this one
-            from spotrl.problems.arithmetic import prompt_text
-
-            prompt_tokens = self.tokenizer.encode_batch_left_padded([prompt_text(9999, 9999)])[0].shape[1]
+        longest = get_problem(cfg.problem.name).longest_prompt
+        if longest is not None:  # no prompt of the problem is longer than this one
+            prompt_tokens = self.tokenizer.encode_batch_left_padded([longest])[0].shape[1]
         else:
             prompt_tokens = 512  # an assumption, said in the summary
         estimate = memory_estimate(cfg.model, rollout_rows=cfg.rollout.prompts_per_iteration * cfg.rollout.group_size,

@@ -20,7 +20,7 @@ from prefect import task
 from prefect.cache_policies import INPUTS, TASK_SOURCE, CacheKeyFnPolicy
 
 from spotrl.curation import curriculum, rundata
-from spotrl.problems import spec as taskspec
+from spotrl.problems import get_problem
 from spotrl.curation.batches import batch_indices
 from spotrl.faults import failpoint
 from spotrl.config import RunConfig
@@ -77,7 +77,7 @@ def curate(config: RunConfig, run_dir: str) -> dict:
 def warm_start(config: RunConfig, run_dir: str, data: dict) -> dict:
     """Supervised warm start; writes the iteration-0 train state (fresh optimizer for RL)."""
     ctx = get_context(run_dir, config)
-    prompts, answers, targets = taskspec.warm_start_examples(config.problem.name, ctx.split("train"))
+    prompts, answers, targets = get_problem(config.problem.name).warm_start_examples(ctx.split("train"))
     started = time.perf_counter()
     start = pretrained_start if config.model.path else supervised_warm_start  # a checkpoint is the starting policy
     params, info = start(
