@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
-import socket
 import threading
 from collections import OrderedDict
 
@@ -27,6 +25,7 @@ from spotrl.rollout.sampler import SamplingParams
 from spotrl.model.critic import Critic
 from spotrl.rl.train_step import make_optimizer
 from spotrl.storage.checkpoints import CheckpointStore
+from spotrl.storage.lease import worker_id
 from spotrl.storage.paths import AnyPath, as_path
 from spotrl.storage.weights import WeightStore
 
@@ -72,7 +71,7 @@ class RunContext:
         self.train_states = _LRU(2)  # iteration -> {"params", "opt_state"}
         self.pulled = _LRU(2 + cfg.rollout.max_staleness)  # weights version -> nnx.State
         self._pull_lock = threading.Lock()  # rollout shards pull from worker threads
-        self.worker_id = f"{socket.gethostname()}-{os.getpid()}"
+        self.worker_id = worker_id()  # host:pid, the holder of its weight leases
         self._splits = {}
 
     @property
