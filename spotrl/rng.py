@@ -1,18 +1,25 @@
 """Every random choice derives from (run seed, stream, iteration, shard, ...) by folding JAX keys.
 
 Nothing depends on wall-clock time, host order or how many times a process was restarted, so a
-resumed run regenerates exactly the rollouts an uninterrupted run would have.
+resumed run regenerates exactly the rollouts an uninterrupted run would have. `derive_numpy_rng` is
+the same derivation for numpy generators; JAX is only imported by the functions that make JAX keys,
+so numpy-only users (curation) do not load it.
 """
 
 from __future__ import annotations
 
 import zlib
+from typing import TYPE_CHECKING
 
-import jax
 import numpy as np
+
+if TYPE_CHECKING:
+    import jax
 
 
 def derive_key(seed: int, stream: str, *path: int) -> jax.Array:
+    import jax
+
     key = jax.random.fold_in(jax.random.key(seed), zlib.crc32(stream.encode()))
     for part in path:
         key = jax.random.fold_in(key, part)
@@ -29,6 +36,8 @@ def next_iteration_streams(seed: int, iteration: int, shards: int) -> dict:
     A resume re-derives them and compares, so a change to the derivation (a code change between the
     kill and the resume) is caught instead of silently breaking reproducibility.
     """
+    import jax
+
     nxt = iteration + 1
     minibatch_state = derive_numpy_rng(seed, "minibatches", nxt).bit_generator.state["state"]
     return {

@@ -16,7 +16,7 @@ from spotrl.flows import rundir
 from spotrl.config import ALGORITHMS
 from spotrl.configs import build_config
 from spotrl.flows.resume import seed_from_warm_start
-from spotrl.tasks.stages import _training_batch
+from spotrl.rl.batch import training_batch
 
 ITERATIONS = 14
 BASE = [
@@ -72,17 +72,20 @@ def test_preset_raises_mean_reward(name, warm_start_run, tmp_path):
         assert all(m["shaped_reward_mean"] <= m["reward_mean"] for m in metrics)  # overlong only subtracts
 
 
-def test_dynamic_sampling_short_batch_is_padded_with_a_warning(capsys):
+def test_dynamic_sampling_short_batch_is_padded_with_a_warning():
     config = build_config(None, BASE + ["algorithm.name=dapo", "rollout.prompts_per_iteration=4", "algorithm.minibatches=1"])
     g = config.rollout.group_size
     rewards = np.zeros(3 * g)
     rewards[g : 2 * g : 2] = 1.0  # only the second of three groups has signal
     frame = pd.DataFrame({"reward": rewards, "prompt": [f"p{i // g}" for i in range(3 * g)], "weights_version": 4})
-    batch, info = _training_batch(config, frame, iteration=5)
-    assert len(batch) == 4 * g and info["real_rows"] == g
-    assert list(batch["prompt"][:g]) == ["p1"] * g
+    r = config.rollout
+    batch = training_batch(frame, 5, group_size=g, prompts=r.prompts_per_iteration, max_staleness=r.max_staleness,
+                           dynamic_sampling=config.algorithm.dynamic_sampling.enabled)
+    assert len(batch.frame) == 4 * g and batch.real_rows == g
+    assert list(batch.frame["prompt"][:g]) == ["p1"] * g
+    info = batch.info
     assert info["groups_dropped"] == 2 and info["groups_trained"] == 1 and info["batch_short_groups"] == 3
-    assert "only 1 of 4 groups had signal" in capsys.readouterr().out
+    assert "only 1 of 4 groups had signal" in batch.warning
 
 
 def test_warm_start_is_shared_only_between_matching_configs(warm_start_run, tmp_path):

@@ -29,3 +29,19 @@ def batch_indices(seed: int, iteration: int, batch_size: int, dataset_size: int)
 @functools.lru_cache(maxsize=2)
 def _permutation(seed: int, epoch: int, size: int) -> np.ndarray:
     return derive_numpy_rng(seed, "data-order", epoch).permutation(size)
+
+
+def rollout_rows(seed: int, iteration: int, generation_round: int, pool: np.ndarray, prompts: int, shards: int,
+                 shard: int) -> np.ndarray:
+    """The rows of `pool` (training row indices) that shard `shard` of a rollout round samples.
+
+    Round 0 takes the iteration's `prompts` in the seeded data order (batch_indices); rounds >= 1
+    are dynamic sampling's extra generations, `prompts` drawn from a stream of their own. The
+    round's prompts are split over `shards` in order.
+    """
+    if generation_round == 0:
+        rows = pool[batch_indices(seed, iteration, prompts, len(pool))]
+    else:
+        rng = derive_numpy_rng(seed, "dynamic_sampling", iteration, generation_round)
+        rows = pool[rng.choice(len(pool), size=prompts, replace=False)]
+    return np.array_split(rows, shards)[shard]

@@ -13,7 +13,6 @@ is the same, byte for byte, and so is the stream.
 
 from __future__ import annotations
 
-import itertools
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +20,7 @@ import pandas as pd
 
 from spotrl.storage.paths import as_path
 from spotrl.curation.difficulty import estimate_pass_rates, load_estimates, save_estimates, select_informative
-from spotrl.curation.mixing import derive_rng
+from spotrl.rng import derive_numpy_rng
 from spotrl.storage.parquet import read_frame
 
 
@@ -38,28 +37,8 @@ def estimated_rows(train: pd.DataFrame, seed: int, prompts: int | None) -> pd.Da
     """The training rows whose pass rates are estimated: all, or a seeded subset in split order."""
     if prompts is None or prompts >= len(train):
         return train
-    chosen = np.sort(derive_rng(seed, "difficulty-pool").choice(len(train), size=prompts, replace=False))
+    chosen = np.sort(derive_numpy_rng(seed, "difficulty-pool").choice(len(train), size=prompts, replace=False))
     return train.iloc[chosen]
-
-
-def policy_sample_rewards(graphdef, state, tokenizer, verifier: str, sampling, key, workers: int = 1):
-    """`sample_rewards(rows, n)` for difficulty.py, with the policy `state`: batch b samples with
-    fold_in(key, b), b counting the calls, so a re-estimate draws the same completions."""
-    import jax
-
-    from spotrl.rollout.completions import sample_completions
-    from spotrl.rewards.score import score
-
-    calls = itertools.count()
-
-    def sample_rewards(rows: pd.DataFrame, n: int) -> np.ndarray:
-        completions = sample_completions(graphdef, state, tokenizer, list(rows["prompt"]), n, sampling,
-                                         jax.random.fold_in(key, next(calls)))
-        rewards = score(verifier, completions.texts, completions.stopped, [a for a in rows["answer"] for _ in range(n)],
-                        workers=workers)
-        return rewards.reshape(len(rows), n)
-
-    return sample_rewards
 
 
 def estimate(path: Path, rows: pd.DataFrame, make_sampler, samples: int, version: int,

@@ -11,15 +11,13 @@ from __future__ import annotations
 
 import hashlib
 import math
-import zlib
 
 import numpy as np
 import pandas as pd
 
+from spotrl.rng import derive_numpy_rng
 
-def derive_rng(seed: int, stream: str, *path: int) -> np.random.Generator:
-    """The same derivation as spotrl.rng.derive_numpy_rng, without importing JAX."""
-    return np.random.default_rng([seed, zlib.crc32(stream.encode()), *path])
+
 
 
 def allocate(sizes: dict[str, int], weights: dict[str, float], total: int | None = None) -> dict[str, int]:
@@ -61,7 +59,7 @@ def mix(frames: dict[str, pd.DataFrame], weights: dict[str, float] | None, seed:
         if k == len(frame):
             parts.append(frame)
         elif k > 0:
-            chosen = np.sort(derive_rng(seed, f"mix/{name}").choice(len(frame), size=k, replace=False))
+            chosen = np.sort(derive_numpy_rng(seed, f"mix/{name}").choice(len(frame), size=k, replace=False))
             parts.append(frame.iloc[chosen])
     mixed = pd.concat(parts, ignore_index=True) if parts else next(iter(frames.values())).iloc[0:0]
     return mixed, counts

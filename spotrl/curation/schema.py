@@ -12,7 +12,7 @@ PROMPT_SCHEMA = pa.DataFrameSchema(
         "prompt": pa.Column(str, checks=pa.Check.str_length(min_value=1)),
         "answer": pa.Column(str, checks=pa.Check.str_length(min_value=1)),
         "source": pa.Column(str, checks=pa.Check.str_length(min_value=1)),
-        # the completion a warm start teaches, where the task has one (see taskspec)
+        # the completion a warm start teaches, where the problem has one (see spotrl/problems/spec.py)
         "target": pa.Column(str, nullable=True, required=False),
     },
     strict=True,

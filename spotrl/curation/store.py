@@ -2,40 +2,28 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
 import datasets
 import pandas as pd
 
+from spotrl.curation.manifest import rows_sha256, write_dataset
 from spotrl.curation.schema import validate_rows
-from spotrl.storage.atomic import atomic_write_json
-from spotrl.storage.parquet import CorruptFileError, read_frame, write_frame
+from spotrl.storage.parquet import CorruptFileError, read_frame
 from spotrl.storage.paths import as_path
 
 SPLITS = ("train", "eval")
 
 
-def frame_hash(frame: pd.DataFrame) -> str:
-    h = hashlib.sha256()
-    columns = ["id", "prompt", "answer", "source"] + (["target"] if "target" in frame.columns else [])
-    for row in frame[columns].itertuples(index=False):
-        h.update(json.dumps(list(row)).encode())
-    return h.hexdigest()
+def prompt_columns(frame: pd.DataFrame) -> list[str]:
+    """The columns a prompt split's hash covers: id, prompt, answer, source, and target where present."""
+    return ["id", "prompt", "answer", "source"] + (["target"] if "target" in frame.columns else [])
 
 
 def save_splits(root: str | Path, splits: dict[str, datasets.Dataset]) -> dict:
     """Write each split and then the manifest (the commit marker); returns the manifest."""
-    root = as_path(root)
-    manifest = {"splits": {}}
-    for name, ds in splits.items():
-        frame = ds.to_pandas()
-        write_frame(root / f"{name}.parquet", frame)
-        manifest["splits"][name] = {"rows": len(frame), "sha256": frame_hash(frame)}
-    manifest["sha256"] = hashlib.sha256(json.dumps(manifest["splits"], sort_keys=True).encode()).hexdigest()
-    atomic_write_json(root / "manifest.json", manifest)
-    return manifest
+    return write_dataset(root, {name: ds.to_pandas() for name, ds in splits.items()}, prompt_columns)
 
 
 def load_split(root: str | Path, name: str) -> datasets.Dataset:
@@ -46,7 +34,9 @@ def load_split(root: str | Path, name: str) -> datasets.Dataset:
         raise CorruptFileError(f"{manifest_path}: missing; the curated data of this run is incomplete")
     frame = read_frame(path)
     expected = json.loads(manifest_path.read_text())["splits"][name]["sha256"]
-    if frame_hash(frame) != expected:
+    columns = prompt_columns(frame)
+    # a run directory written before the hashes were unified recorded NaN as NaN: it still verifies
+    if expected not in (rows_sha256(frame, columns), rows_sha256(frame, columns, nan_as_null=False)):
         raise CorruptFileError(f"{path}: rows do not hash to the sha256 recorded in {manifest_path}")
     frame = validate_rows(frame, str(path))
     return datasets.Dataset.from_pandas(frame, preserve_index=False)

@@ -1,8 +1,13 @@
-"""Held-out evaluation: pass@1 and pass@k from n samples per prompt (unbiased estimator)."""
+"""Sampling and scoring the policy: held-out pass@1 and pass@k from n samples per prompt (unbiased
+estimator), greedy accuracy, and the sampled rewards a difficulty estimate is made of."""
 
 from __future__ import annotations
 
+import itertools
+
 import jax
+import numpy as np
+import pandas as pd
 
 from spotrl.evaluation.passk import mean_pass_at_k
 from spotrl.rollout.completions import sample_completions
@@ -30,3 +35,24 @@ def greedy_accuracy(graphdef, state, tokenizer, verifier: str, prompts, answers,
                               pad_token=tokenizer.pad_id, temperature=0.0, stop_tokens=tokenizer.stop_ids)
     completions = sample_completions(graphdef, state, tokenizer, list(prompts), 1, sampling, jax.random.key(0))
     return float(score(verifier, completions.texts, completions.stopped, list(answers)).mean())
+
+
+def policy_sample_rewards(graphdef, state, tokenizer, verifier: str, sampling, key, workers: int = 1):
+    """`sample_rewards(rows, n)` for curation/difficulty.py, with the policy `state`: batch b samples
+    with fold_in(key, b), b counting the calls, so a re-estimate draws the same completions."""
+    calls = itertools.count()
+
+    def sample_rewards(rows: pd.DataFrame, n: int) -> np.ndarray:
+        completions = sample_completions(graphdef, state, tokenizer, list(rows["prompt"]), n, sampling,
+                                         jax.random.fold_in(key, next(calls)))
+        rewards = score(verifier, completions.texts, completions.stopped, [a for a in rows["answer"] for _ in range(n)],
+                        workers=workers)
+        return rewards.reshape(len(rows), n)
+
+    return sample_rewards
+
+
+def difficulty_sampler(graphdef, load_state, tokenizer, verifier: str, sampling, key, workers: int = 1):
+    """The `make_sampler()` of curation/curriculum.py: `policy_sample_rewards` with the weights
+    `load_state()` returns, loaded only when an estimate has to be made (not when one is on disk)."""
+    return lambda: policy_sample_rewards(graphdef, load_state(), tokenizer, verifier, sampling, key, workers)

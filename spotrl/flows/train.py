@@ -18,6 +18,7 @@ from prefect.utilities.annotations import quote
 
 from spotrl.flows import rundir
 from spotrl.config import RunConfig
+from spotrl.curation.curriculum import estimate_iteration
 from spotrl.flows.preemption import PreemptionGuard
 from spotrl.flows.resume import eval_due, find_resume_point
 from spotrl.model.compiles import compile_count
@@ -100,65 +101,71 @@ def _run(config: RunConfig, run_path: AnyPath, guard: PreemptionGuard, runner=No
     point = find_resume_point(run_path, config, ctx.checkpoints, ctx.weights)
     for note in point.notes:
         _log(f"recovery: {note}")
-    t = _configured(run_path, refresh=point.refresh)
-    c = _task_input(config)
+    tasks = _configured(run_path, refresh=point.refresh)
+    config_input = _task_input(config)
 
     if point.iteration is None:
-        data = t["curate"](c, root)
-        initial = t["warm_start"](c, root, data)
+        data = tasks["curate"](config_input, root)
+        initial = tasks["warm_start"](config_input, root, data)
         _log(f"warm start: {initial['steps']} supervised steps, greedy accuracy {initial['greedy_accuracy']:.1%}")
-        previous = t["checkpoint"](c, root, initial)
-        weights = t["publish"](c, root, previous)
-        _evaluate(t, config, root, weights, 0)
+        previous = tasks["checkpoint"](config_input, root, initial)
+        weights = tasks["publish"](config_input, root, previous)
+        _evaluate(tasks, config, root, weights, 0)
         start = 1
     else:
         _log(f"resuming after iteration {point.iteration} (sealed checkpoint {point.checkpoint['sha256'][:12]})")
         previous = point.checkpoint
-        weights = point.weights or _configured(run_path, refresh=True)["publish"](c, root, previous)
+        weights = point.weights or _configured(run_path, refresh=True)["publish"](config_input, root, previous)
         start = point.iteration + 1
     guard.check("after the warm start")
 
-    # Generation runs ahead of training by up to k = rollout.max_staleness iterations: iteration j
-    # samples with weights version j-1-k (deterministic, so a resumed run regenerates the same
+    # Generation runs ahead of training by up to rollout.max_staleness iterations: iteration j
+    # samples with weights version j-1-staleness (deterministic, so a resumed run regenerates the same
     # rollouts), and its rollouts are launched as soon as that version is published, while the
     # trainer is still updating the iterations before j.
-    k = config.rollout.max_staleness
+    staleness = config.rollout.max_staleness
+
+    def sampling_version(j: int) -> int:
+        """The weights version iteration j samples with."""
+        return max(0, j - 1 - staleness)
+
     published = {weights["version"]: weights}
-    published.update({v: ctx.weights.ref(v) for v in range(max(0, start - 1 - k), start - 1)})
+    published.update({v: ctx.weights.ref(v) for v in range(sampling_version(start), start - 1)})
     in_flight: dict[int, tuple] = {}
     estimates: dict[int, dict] = {}
 
     def difficulty_for(j: int) -> dict | None:
         """The difficulty estimate filtering iteration j's prompts, made with the weights the
         estimating iteration samples with (curation/curriculum.py)."""
-        d = config.curation.difficulty
-        if d is None:
+        schedule = config.curation.difficulty
+        if schedule is None:
             return None
-        e = 1 + (j - 1) // d.every * d.every
-        if e not in estimates:
-            estimates[e] = t["difficulty"](c, root, e, max(0, e - 1 - k))
-            _log(f"difficulty before iteration {e}: {estimates[e]['stream_rows']} prompts in the stream "
-                 f"({estimates[e]['never_solved']} never, {estimates[e]['always_solved']} always solved of "
-                 f"{estimates[e]['estimated']} estimated)")
-        return estimates[e]
+        estimated_at = estimate_iteration(j, schedule.every)
+        if estimated_at not in estimates:
+            estimate = estimates[estimated_at] = tasks["difficulty"](config_input, root, estimated_at,
+                                                                     sampling_version(estimated_at))
+            _log(f"difficulty before iteration {estimated_at}: {estimate['stream_rows']} prompts in the stream "
+                 f"({estimate['never_solved']} never, {estimate['always_solved']} always solved of "
+                 f"{estimate['estimated']} estimated)")
+        return estimates[estimated_at]
 
     def launch_ready(first_uncollected: int):
         for j in range(first_uncollected, config.iterations + 1):
-            version = max(0, j - 1 - k)
+            version = sampling_version(j)
             if version not in published:
                 break
             if j not in in_flight:
-                in_flight[j] = _launch(t, config, root, j, published[version], 0, runner, difficulty_for(j))
+                in_flight[j] = _launch(tasks, config, root, j, published[version], 0, runner, difficulty_for(j))
 
     for iteration in range(start, config.iterations + 1):
         iteration_started, compiles_before = time.perf_counter(), compile_count()
         launch_ready(iteration)
-        rollouts, scored = _collect(t, config, root, iteration, in_flight.pop(iteration), runner)
+        rollouts, scored = _collect(tasks, config, root, iteration, in_flight.pop(iteration), runner)
         guard.check(f"in iteration {iteration} after its rollouts were scored")
-        updated = t["update"](c, root, iteration, previous, scored)
-        previous = t["checkpoint"](c, root, updated)
+        updated = tasks["update"](config_input, root, iteration, previous, scored)
+        previous = tasks["checkpoint"](config_input, root, updated)
         guard.check(f"in iteration {iteration} after its checkpoint was sealed")
-        weights = t["publish"](c, root, previous)
+        weights = tasks["publish"](config_input, root, previous)
         published[weights["version"]] = weights
         launch_ready(iteration + 1)  # the next iterations' rollouts start before this iteration's bookkeeping
         metrics = _iteration_metrics(iteration, rollouts, scored, updated, weights,
@@ -168,7 +175,7 @@ def _run(config: RunConfig, run_path: AnyPath, guard: PreemptionGuard, runner=No
              f"loss {metrics['loss']:+.4f}  clip {metrics['clip_frac']:.3f}  "
              f"{metrics['tokens_per_s']:,.0f} tok/s  {metrics['seconds']:.2f}s")
         if eval_due(config, iteration):
-            _evaluate(t, config, root, weights, iteration)
+            _evaluate(tasks, config, root, weights, iteration)
         guard.check(f"after iteration {iteration}")
 
     return {"run_dir": root, "before": rundir.read_record(run_path, "eval", 0),
@@ -176,7 +183,7 @@ def _run(config: RunConfig, run_path: AnyPath, guard: PreemptionGuard, runner=No
             "weights_sha256": weights["sha256"]}
 
 
-def _launch(t, config: RunConfig, root: str, iteration: int, weights: dict, generation_round: int, runner=None,
+def _launch(tasks, config: RunConfig, root: str, iteration: int, weights: dict, generation_round: int, runner=None,
             difficulty: dict | None = None):
     """Submit one round of rollouts (fanned out over shards) and their scoring; returns futures."""
     # Ray pickles the arguments with the quote still on (a bare tuple arrives): it gets the config as is.
@@ -187,13 +194,13 @@ def _launch(t, config: RunConfig, root: str, iteration: int, weights: dict, gene
     if difficulty is not None:
         parameters["difficulty"] = unmapped(difficulty)
     if runner is None:
-        sampled = t["rollout"].map(**parameters)
+        sampled = tasks["rollout"].map(**parameters)
     else:
-        sampled = runner.map(t["rollout"], parameters)
-    return sampled, t["reward"].map(unmapped(_task_input(config)), unmapped(root), sampled), weights, difficulty
+        sampled = runner.map(tasks["rollout"], parameters)
+    return sampled, tasks["reward"].map(unmapped(_task_input(config)), unmapped(root), sampled), weights, difficulty
 
 
-def _collect(t, config: RunConfig, root: str, iteration: int, launched, runner=None) -> tuple[list[dict], list[dict]]:
+def _collect(tasks, config: RunConfig, root: str, iteration: int, launched, runner=None) -> tuple[list[dict], list[dict]]:
     """Wait for an iteration's rollouts and scores. With dynamic sampling (DAPO), further rounds
     (same weights) run until enough groups have signal or `max_rounds` is reached."""
     r, ds = config.rollout, config.algorithm.dynamic_sampling
@@ -203,14 +210,14 @@ def _collect(t, config: RunConfig, root: str, iteration: int, launched, runner=N
         if generation_round:
             if sum(s["groups_with_signal"] for s in scored) >= r.prompts_per_iteration:
                 break
-            sampled, rewarded, _, _ = _launch(t, config, root, iteration, weights, generation_round, runner, difficulty)
+            sampled, rewarded, _, _ = _launch(tasks, config, root, iteration, weights, generation_round, runner, difficulty)
         scored += rewarded.result()
         rollouts += sampled.result()
     return rollouts, scored
 
 
-def _evaluate(t, config: RunConfig, root: str, weights: dict, iteration: int) -> dict:
-    result = t["evaluate"](_task_input(config), root, weights, iteration)
+def _evaluate(tasks, config: RunConfig, root: str, weights: dict, iteration: int) -> dict:
+    result = tasks["evaluate"](_task_input(config), root, weights, iteration)
     rundir.write_record(as_path(root), "eval", iteration, result)
     _log(f"eval after iteration {iteration} (weights v{weights['version']}): "
          f"pass@1 {result['pass_at_1']:.1%}  pass@{result['k']} {result['pass_at_k']:.1%}")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 
 def overlong_penalty(lengths: jax.Array, max_len: int, cache_len: int, penalty: float = 1.0) -> jax.Array:
@@ -72,3 +73,21 @@ def fill_batch_with_signal(grouped_rewards, target: int) -> tuple[list[int], int
     has_signal = jax.device_get(groups_with_signal(grouped_rewards))
     kept = [i for i, ok in enumerate(has_signal) if ok][:target]
     return kept, int((~has_signal).sum())
+
+
+def shaped_rewards(task_reward, lengths, overlong, max_new_tokens: int):
+    """The reward trained on: `task_reward` (a float Series) plus, when `overlong.enabled`, the
+    overlong penalty (float64; the budget is `overlong.max_tokens`, or the generation budget)."""
+    if not overlong.enabled:
+        return task_reward
+    max_tokens = overlong.max_tokens or max_new_tokens
+    penalty = overlong_penalty(np.asarray(lengths), max_tokens, overlong.cache_tokens, overlong.penalty)
+    return task_reward + np.asarray(penalty, np.float64)
+
+
+def reward_summary(frame, group_size: int) -> dict:
+    """Sums over a scored rollout shard (columns task_reward, reward, length) and its groups with signal."""
+    grouped = frame["reward"].to_numpy().reshape(-1, group_size)
+    return {"reward_sum": float(frame["task_reward"].sum()), "shaped_reward_sum": float(frame["reward"].sum()),
+            "length_sum": int(frame["length"].sum()), "groups": len(grouped),
+            "groups_with_signal": int(np.asarray(groups_with_signal(grouped)).sum())}

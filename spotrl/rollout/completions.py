@@ -6,7 +6,9 @@ import dataclasses
 
 import jax
 import numpy as np
+import pandas as pd
 
+from spotrl.rng import derive_key
 from spotrl.rollout.sampler import SamplingParams, generate, generate_groups, is_stop
 
 
@@ -79,3 +81,28 @@ def sample_completions(
         texts=[tokenizer.decode(t) for t in tokens],
         stopped=stopped,
     )
+
+
+def rollout_key(seed: int, iteration: int, shard: int, generation_round: int = 0) -> jax.Array:
+    """The key shard `shard` of an iteration's rollout round samples with (round 0: the iteration's own)."""
+    if generation_round == 0:
+        return derive_key(seed, "rollout", iteration, shard)
+    return derive_key(seed, "rollout", iteration, shard, generation_round)
+
+
+def completions_frame(prompts, completions: Completions, group_size: int, weights_version: int) -> pd.DataFrame:
+    """A rollout shard: one row per completion, `group_size` rows per prompt. `prompts` has the
+    columns id, prompt and answer (a DataFrame or a datasets.Dataset)."""
+    repeat = lambda column: [v for v in prompts[column] for _ in range(group_size)]  # noqa: E731
+    return pd.DataFrame({
+        "prompt_id": repeat("id"),
+        "prompt": repeat("prompt"),
+        "answer": repeat("answer"),
+        "sample": np.tile(np.arange(group_size), len(prompts)),
+        "completion": completions.texts,
+        "tokens": list(completions.tokens),
+        "logprobs": list(completions.logprobs),
+        "length": completions.lengths,
+        "stopped": completions.stopped,
+        "weights_version": weights_version,
+    })

@@ -24,6 +24,12 @@ class LeaseHeld(RuntimeError):
     pass
 
 
+def worker_id() -> str:
+    """This process as `host:pid`: the holder of its weight-store leases, and the worker a rollout
+    reports (metrics' timing.rollout_workers)."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
 def _holder_text() -> str:
     return f"pid {os.getpid()} on {socket.gethostname()}"
 

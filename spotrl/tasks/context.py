@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
-import socket
 import threading
 from collections import OrderedDict
 
@@ -28,6 +26,7 @@ from spotrl.rollout.sampler import SamplingParams
 from spotrl.model.critic import Critic
 from spotrl.rl.train_step import make_optimizer
 from spotrl.storage.checkpoints import CheckpointStore
+from spotrl.storage.lease import worker_id
 from spotrl.storage.paths import AnyPath, as_path
 from spotrl.storage.weights import WeightStore
 
@@ -56,7 +55,8 @@ class RunContext:
         cfg = self.config
         # model.path: a Hugging Face checkpoint and its tokenizer, checked before anything loads;
         # otherwise the built-in model with its problem's character tokenizer
-        self.policy, self.tokenizer = build_policy(cfg.model, cfg.seed, get_problem(cfg.problem.name).tokenizer())
+        self.problem = get_problem(cfg.problem.name)
+        self.policy, self.tokenizer = build_policy(cfg.model, cfg.seed, self.problem.tokenizer())
         self.optimizer = make_optimizer(**cfg.optimizer.model_dump())
         value = cfg.algorithm.value
         self.critic_graphdef = self.critic_init_state = self.critic_optimizer = None
@@ -73,7 +73,7 @@ class RunContext:
         self.train_states = _LRU(2)  # iteration -> {"params", "opt_state"}
         self.pulled = _LRU(2 + cfg.rollout.max_staleness)  # weights version -> nnx.State
         self._pull_lock = threading.Lock()  # rollout shards pull from worker threads
-        self.worker_id = f"{socket.gethostname()}-{os.getpid()}"
+        self.worker_id = worker_id()  # host:pid, the holder of its weight leases
         self._splits = {}
 
     @property
@@ -100,7 +100,7 @@ class RunContext:
     def memory_summary(self) -> str:
         """The run's memory estimate, for the log at start."""
         cfg = self.config
-        longest = get_problem(cfg.problem.name).longest_prompt
+        longest = self.problem.longest_prompt
         if longest is not None:  # no prompt of the problem is longer than this one
             prompt_tokens = self.tokenizer.encode_batch_left_padded([longest])[0].shape[1]
         else:

@@ -1,0 +1,90 @@
+"""One RL iteration's update on a training batch, and the metadata a checkpoint records with it.
+
+`update_on_batch` rescores the sampled tokens with the trainer's weights (the "proximal" policy: on
+policy its logprobs must equal the sampler's, off policy they give the truncated importance weights
+that correct for stale rollouts), scores them under the reference policy for a KL term, then runs
+`policy_update`. No Prefect and no run directory: the stage task in spotrl/tasks/stages.py reads the
+rollouts and saves what this returns.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from spotrl.model.sequences import completion_mask, join
+from spotrl.problems import get_problem
+from spotrl.rl.batch import TrainingBatch
+from spotrl.rl.importance import importance_statistics, truncated_weights
+from spotrl.rl.train_step import build_rl_step, build_scoring_fn, loss_spec
+from spotrl.rl.update import advantage_spec, policy_update
+from spotrl.rl.warmstart import pretrained_start, supervised_warm_start
+from spotrl.rng import derive_numpy_rng, next_iteration_streams
+
+
+def update_on_batch(config, iteration: int, state: dict, batch: TrainingBatch, *, tokenizer, graphdef, optimizer,
+                    critic_graphdef=None, critic_optimizer=None, reference_params=None) -> tuple[dict, dict]:
+    """(the train state after the update, its metrics with the alignment statistics) for `batch`.
+
+    `reference_params`: the KL reference policy's weights, or None without a KL term.
+    """
+    a, r, frame = config.algorithm, config.rollout, batch.frame
+    prompt_tokens, prompt_valid = tokenizer.encode_batch_left_padded(frame["prompt"].tolist())
+    tokens, lengths = np.stack(frame["tokens"].to_numpy()), frame["length"].to_numpy()
+    behaviour_logprobs = np.stack(frame["logprobs"].to_numpy())
+
+    scoring = build_scoring_fn(graphdef, r.temperature, critic_graphdef)
+    all_tokens, all_valid = join(prompt_tokens, prompt_valid, tokens, lengths)
+    width = tokens.shape[1]
+    prox_logprobs, old_values = scoring(state["params"], state.get("critic"), all_tokens, all_valid, width)
+    prox_logprobs = np.asarray(prox_logprobs)
+    old_values = None if old_values is None else np.asarray(old_values)
+    ref_logprobs = None
+    if reference_params is not None:
+        ref_logprobs = np.asarray(scoring(reference_params, None, all_tokens, all_valid, width)[0])
+    real = completion_mask(np.where(np.arange(len(lengths)) < batch.real_rows, lengths, 0), width)
+    alignment = importance_statistics(prox_logprobs, behaviour_logprobs, real, a.importance_cap)
+    behaviour_weights = None
+    if r.max_staleness > 0:
+        behaviour_weights = truncated_weights(prox_logprobs, behaviour_logprobs, real, a.importance_cap)
+
+    step_fn = build_rl_step(graphdef, optimizer, loss_spec(a, r.max_new_tokens), r.temperature,
+                            critic_graphdef, critic_optimizer, micro_batches=a.micro_batches)
+    state, metrics = policy_update(
+        step_fn, state, prompt_tokens=prompt_tokens, prompt_valid=prompt_valid, tokens=tokens, lengths=lengths,
+        old_logprobs=prox_logprobs, rewards=frame["reward"].to_numpy(), spec=advantage_spec(a, r.group_size),
+        minibatches=a.minibatches, epochs=a.epochs, rng=derive_numpy_rng(config.seed, "minibatches", iteration),
+        real_rows=batch.real_rows, ref_logprobs=ref_logprobs, old_values=old_values,
+        behaviour_weights=behaviour_weights,
+    )
+    metrics.update(alignment)
+    return state, metrics
+
+
+def starting_params(config, policy, tokenizer, prompts, answers, targets) -> tuple[dict, dict]:
+    """(the iteration-0 parameters, warm-start info): a checkpoint (`model.path`) is the starting
+    policy as is; otherwise the supervised warm start on (prompts, answers, targets)."""
+    start = pretrained_start if config.model.path else supervised_warm_start
+    return start(policy, tokenizer, get_problem(config.problem.name).verifier, prompts, answers, targets, config.warmstart,
+                 seed=config.seed, max_new_tokens=config.rollout.max_new_tokens)
+
+
+def initial_metadata(config, data_sha256: str, warmstart: dict) -> dict:
+    """The metadata of the iteration-0 checkpoint (the warm start)."""
+    return {"iteration": 0, "seed": config.seed, "data_cursor": 0, "data_sha256": data_sha256, "optimizer_steps": 0,
+            "rollout_weights_versions": [], "rng": next_iteration_streams(config.seed, 0, config.rollout.shards),
+            "warmstart": warmstart}
+
+
+def checkpoint_metadata(config, iteration: int, before: dict, optimizer_steps: int, weights_versions) -> dict:
+    """With the arrays, everything that decides the future of the run: the metadata of iteration
+    `iteration`'s checkpoint, continuing `before` (the previous checkpoint's)."""
+    versions = sorted({int(v) for v in weights_versions})
+    return {
+        "iteration": iteration,
+        "seed": config.seed,
+        "data_cursor": iteration * config.rollout.prompts_per_iteration,  # prompts consumed so far
+        "data_sha256": before["data_sha256"],
+        "optimizer_steps": before["optimizer_steps"] + optimizer_steps,
+        "rollout_weights_versions": before["rollout_weights_versions"] + [[iteration, versions]],
+        "rng": next_iteration_streams(config.seed, iteration, config.rollout.shards),
+    }
