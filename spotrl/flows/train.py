@@ -22,6 +22,7 @@ from spotrl.curation.curriculum import estimate_iteration
 from spotrl.flows.preemption import PreemptionGuard
 from spotrl.flows.resume import eval_due, find_resume_point
 from spotrl.model.compiles import compile_count
+from spotrl.model.hf.loader import check_checkpoint
 from spotrl.storage.paths import AnyPath, as_path
 from spotrl.flows.results import result_storage
 from spotrl.tasks import stages
@@ -72,6 +73,8 @@ def train(config: RunConfig = RunConfig(), run_dir: str = "runs/tiny", attempt: 
         raise AttemptsExhausted(f"attempt {attempt} > max_attempts {max_attempts} for run directory {run_dir}; "
                                 "not resubmitting: look at why the previous attempts crashed")
     started = time.perf_counter()
+    if config.model.path:  # a checkpoint that disagrees with the config fails before the run directory holds it
+        check_checkpoint(config.model)
     run_path = rundir.prepare(run_dir, config)
     with rundir.exclusive(run_path), PreemptionGuard(preemption_grace_seconds) as guard, \
             rollout_task_runner(config) as runner:
