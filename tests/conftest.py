@@ -23,6 +23,16 @@ import pytest  # noqa: E402
 
 from spotrl.configs import build_config  # noqa: E402
 
+# A run small enough to learn arithmetic in a few iterations: the algorithm presets and the Ray
+# fan-out train on it.
+LEARNING_OVERRIDES = [
+    "model.hidden_size=64", "model.intermediate_size=128", "model.num_layers=2",
+    "problem.min_digits=1", "problem.max_digits=2", "problem.train_size=32", "problem.eval_size=16",
+    "warmstart.check_prompts=32", "warmstart.batch_size=32",
+    "rollout.prompts_per_iteration=32", "rollout.group_size=8", "algorithm.minibatches=2",
+    "eval.n=4", "eval.k=2", "eval.prompts=16", "optimizer.learning_rate=1e-3",
+]
+
 TINY_OVERRIDES = [
     "iterations=2",
     "model.hidden_size=32",

@@ -18,14 +18,9 @@ from spotrl.configs import build_config
 from spotrl.flows.resume import seed_from_warm_start
 from spotrl.rl.batch import training_batch
 
+from conftest import LEARNING_OVERRIDES
+
 ITERATIONS = 14
-BASE = [
-    "model.hidden_size=64", "model.intermediate_size=128", "model.num_layers=2",
-    "problem.min_digits=1", "problem.max_digits=2", "problem.train_size=32", "problem.eval_size=16",
-    "warmstart.check_prompts=32", "warmstart.batch_size=32",
-    "rollout.prompts_per_iteration=32", "rollout.group_size=8", "algorithm.minibatches=2",
-    "eval.n=4", "eval.k=2", "eval.prompts=16", "optimizer.learning_rate=1e-3",
-]
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +28,7 @@ def warm_start_run(prefect_harness, tmp_path_factory):
     from spotrl.flows.train import train
 
     run_dir = tmp_path_factory.mktemp("warm") / "run"
-    config = build_config(None, BASE + ["iterations=0"])
+    config = build_config(None, LEARNING_OVERRIDES + ["iterations=0"])
     train(config=config, run_dir=str(run_dir))
     return run_dir, config
 
@@ -43,7 +38,7 @@ def test_preset_raises_mean_reward(name, warm_start_run, tmp_path):
     from spotrl.flows.train import train
 
     warm_dir, _ = warm_start_run
-    config = build_config(None, BASE + [f"iterations={ITERATIONS}", f"algorithm.name={name}"])
+    config = build_config(None, LEARNING_OVERRIDES + [f"iterations={ITERATIONS}", f"algorithm.name={name}"])
     run_dir = tmp_path / name
     seed_from_warm_start(run_dir, config, warm_dir)
     train(config=config, run_dir=str(run_dir))
@@ -73,7 +68,7 @@ def test_preset_raises_mean_reward(name, warm_start_run, tmp_path):
 
 
 def test_dynamic_sampling_short_batch_is_padded_with_a_warning():
-    config = build_config(None, BASE + ["algorithm.name=dapo", "rollout.prompts_per_iteration=4", "algorithm.minibatches=1"])
+    config = build_config(None, LEARNING_OVERRIDES + ["algorithm.name=dapo", "rollout.prompts_per_iteration=4", "algorithm.minibatches=1"])
     g = config.rollout.group_size
     rewards = np.zeros(3 * g)
     rewards[g : 2 * g : 2] = 1.0  # only the second of three groups has signal
@@ -90,7 +85,7 @@ def test_dynamic_sampling_short_batch_is_padded_with_a_warning():
 
 def test_warm_start_is_shared_only_between_matching_configs(warm_start_run, tmp_path):
     warm_dir, _ = warm_start_run
-    other = build_config(None, BASE + ["iterations=3", "model.num_layers=3"])
+    other = build_config(None, LEARNING_OVERRIDES + ["iterations=3", "model.num_layers=3"])
     with pytest.raises(rundir.RunDirError, match="other model settings"):
         seed_from_warm_start(tmp_path / "other", other, warm_dir)
 
@@ -99,7 +94,7 @@ def test_stale_rollouts_are_importance_corrected_and_still_learn(warm_start_run,
     from spotrl.flows.train import train
 
     warm_dir, _ = warm_start_run
-    config = build_config(None, BASE + [f"iterations={ITERATIONS}", "rollout.max_staleness=1"])
+    config = build_config(None, LEARNING_OVERRIDES + [f"iterations={ITERATIONS}", "rollout.max_staleness=1"])
     run_dir = tmp_path / "stale"
     seed_from_warm_start(run_dir, config, warm_dir)
     train(config=config, run_dir=str(run_dir))

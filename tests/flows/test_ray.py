@@ -8,14 +8,14 @@ import os
 
 from spotrl.chaos import read_jsonl, run_attempt, strip_timing
 from spotrl.storage.weights import WeightStore
-from test_algorithms import BASE
+from conftest import LEARNING_OVERRIDES
 
 
 def test_ray_fan_out_matches_the_thread_pool(prefect_harness, tmp_path):
     from prefect.settings import PREFECT_API_URL
 
     env = {**os.environ, "PREFECT_API_URL": PREFECT_API_URL.value()}
-    overrides = BASE + ["iterations=1", "rollout.shards=2", "eval.prompts=8"]
+    overrides = LEARNING_OVERRIDES + ["iterations=1", "rollout.shards=2", "eval.prompts=8"]
     runs, drivers = {}, {}
     for runner in ("threads", "ray"):
         attempt = run_attempt(tmp_path / runner, overrides + [f"rollout.task_runner={runner}"], env=env,

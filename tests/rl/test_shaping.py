@@ -2,10 +2,18 @@
 
 import jax.numpy as jnp
 import numpy as np
+import pandas as pd
 import pytest
 
 from spotrl.rl.advantages import discounted_returns
-from spotrl.rl.shaping import groups_with_signal, overlong_penalty, token_level_rewards
+from spotrl.config import OverlongConfig
+from spotrl.rl.shaping import (
+    groups_with_signal,
+    overlong_penalty,
+    reward_summary,
+    shaped_rewards,
+    token_level_rewards,
+)
 
 
 def test_overlong_penalty_band():
@@ -40,3 +48,33 @@ def test_token_level_rewards_on_the_last_valid_token():
     np.testing.assert_allclose(out, [[-0.05, 0.9, 0], [-0.2, -0.25, 1.7], [0, 0, 0]], rtol=1e-6, atol=1e-7)
     # REINFORCE++ returns (gamma 1): reward-to-go of row 0 is [-.05 + .9, .9]
     np.testing.assert_allclose(discounted_returns(out, mask, 1.0)[0], [0.85, 0.9, 0.0], rtol=1e-6)
+
+
+def _scored(task_reward, lengths):
+    return pd.DataFrame({"task_reward": np.asarray(task_reward, np.float32), "length": np.asarray(lengths)})
+
+
+def test_without_overlong_shaping_the_reward_is_the_task_reward():
+    frame = _scored([1, 0, 1, 1], [3, 8, 8, 5])
+    task_reward = frame["task_reward"]
+    reward = shaped_rewards(task_reward, frame["length"].to_numpy(), OverlongConfig(), 8)
+    assert reward is task_reward and reward.dtype == np.float32
+
+
+def test_overlong_shaping_adds_the_penalty_in_float64():
+    frame = _scored([1, 0, 1, 1], [3, 8, 7, 5])
+    overlong = OverlongConfig(enabled=True, cache_tokens=2, penalty=0.5)
+    reward = shaped_rewards(frame["task_reward"], frame["length"].to_numpy(), overlong, 8)
+    assert reward.dtype == np.float64
+    np.testing.assert_array_equal(reward.to_numpy(), [1.0, -0.5, 0.75, 1.0])  # band (6, 8]: 7 -> -0.25
+    expected = frame["task_reward"] + np.asarray(overlong_penalty(frame["length"].to_numpy(), 8, 2, 0.5), np.float64)
+    pd.testing.assert_series_equal(reward, expected)
+    # overlong.max_tokens overrides the generation budget
+    tighter = shaped_rewards(frame["task_reward"], frame["length"].to_numpy(), overlong.model_copy(update={"max_tokens": 5}), 8)
+    np.testing.assert_array_equal(tighter.to_numpy(), [1.0, -0.5, 0.5, 0.5])
+
+
+def test_reward_summary_counts_groups_with_signal():
+    frame = _scored([1, 0, 1, 1, 0, 0], [3, 4, 5, 6, 7, 8]).assign(reward=[1.0, 0.0, 1.0, 1.0, -0.5, 0.0])
+    assert reward_summary(frame, 2) == {"reward_sum": 3.0, "shaped_reward_sum": 2.5, "length_sum": 33, "groups": 3,
+                                        "groups_with_signal": 2}

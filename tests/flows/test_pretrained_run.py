@@ -216,7 +216,7 @@ def test_a_mesh_of_8_devices_trains_like_one(checkpoint, tmp_path):
     script.write_text(_MESH_SCRIPT)
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu"}
     proc = subprocess.run([sys.executable, str(script), str(path), json.dumps(OVERRIDES)], capture_output=True,
-                          text=True, env=env, timeout=300, cwd=Path(__file__).resolve().parents[1])
+                          text=True, env=env, timeout=300, cwd=Path(__file__).resolve().parents[2])
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     one, mesh = result["one"], result["mesh"]

@@ -230,7 +230,7 @@ def test_loading_into_an_8_device_mesh_equals_one_device(checkpoints, tmp_path):
     script.write_text(_MESH_SCRIPT)
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu"}
     proc = subprocess.run([sys.executable, str(script), str(path)], capture_output=True, text=True, env=env,
-                          timeout=240, cwd=Path(__file__).resolve().parents[1])
+                          timeout=240, cwd=Path(__file__).resolve().parents[3])
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["q_spec"] == ["fsdp", "tp"]

@@ -126,7 +126,7 @@ _SCRIPT = textwrap.dedent("""
 def test_sharded_train_step_equals_one_device(tmp_path):
     script = tmp_path / "sharded_step.py"
     script.write_text(_SCRIPT)
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300, cwd=root)
