@@ -41,6 +41,7 @@ def _train_for(run_dir: Path, overrides: list[str], warm_dir: Path, budget: floa
         for line in process.stdout:
             if line.startswith("iteration") and "t" not in started:
                 started["t"] = time.monotonic()  # the budget counts from the first RL iteration
+
     reader = threading.Thread(target=watch, daemon=True)
     reader.start()
     while "t" not in started and process.poll() is None:
@@ -53,13 +54,21 @@ def _train_for(run_dir: Path, overrides: list[str], warm_dir: Path, budget: floa
     if code not in (0, EXIT_PREEMPTED):
         raise RuntimeError(f"{run_dir}: spotrl train exited with {code}")
     metrics = read_jsonl(run_dir / "metrics.jsonl")
-    return {"iterations": len(metrics), "seconds": round(time.monotonic() - started["t"], 1),
-            "train_reward_last10": round(sum(m["reward_mean"] for m in metrics[-10:]) / max(len(metrics[-10:]), 1), 4)}
+    return {
+        "iterations": len(metrics),
+        "seconds": round(time.monotonic() - started["t"], 1),
+        "train_reward_last10": round(sum(m["reward_mean"] for m in metrics[-10:]) / max(len(metrics[-10:]), 1), 4),
+    }
 
 
 def _evaluate(run_dir: Path, env: dict) -> dict:
-    result = subprocess.run([sys.executable, "-m", "spotrl", "eval", "--run-dir", str(run_dir), "--json"],
-                            env=env, capture_output=True, text=True, check=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "spotrl", "eval", "--run-dir", str(run_dir), "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
@@ -71,8 +80,12 @@ def main() -> None:
     args = parser.parse_args()
 
     home = Path(tempfile.mkdtemp(prefix="spotrl-bench-algorithms-"))
-    env = {**os.environ, "PREFECT_HOME": str(home / "prefect"), "PREFECT_LOGGING_LEVEL": "WARNING",
-           "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    env = {
+        **os.environ,
+        "PREFECT_HOME": str(home / "prefect"),
+        "PREFECT_LOGGING_LEVEL": "WARNING",
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    }
     from prefect.testing.utilities import prefect_test_harness
 
     os.environ.update(PREFECT_HOME=env["PREFECT_HOME"], PREFECT_SERVER_ANALYTICS_ENABLED="false")
@@ -87,22 +100,41 @@ def main() -> None:
         rows = []
         for name in args.presets.split(","):
             run_dir = home / name
-            trained = _train_for(run_dir, args.overrides + ["iterations=100000", f"algorithm.name={name}"],
-                                 warm_dir, args.budget, env)
+            trained = _train_for(
+                run_dir, args.overrides + ["iterations=100000", f"algorithm.name={name}"], warm_dir, args.budget, env
+            )
             result = _evaluate(run_dir, env)
-            rows.append({"preset": name, **trained, "pass_at_1": round(result["pass_at_1"], 4),
-                         "pass_at_k": round(result["pass_at_k"], 4), "k": result["k"]})
+            rows.append(
+                {
+                    "preset": name,
+                    **trained,
+                    "pass_at_1": round(result["pass_at_1"], 4),
+                    "pass_at_k": round(result["pass_at_k"], 4),
+                    "k": result["k"],
+                }
+            )
             print(f"{name}: {rows[-1]}", flush=True)
 
     k = before["k"]
-    print(f"\nfrom the same warm start (held-out pass@1 {before['pass_at_1']:.1%}, pass@{k} {before['pass_at_k']:.1%}), "
-          f"{args.budget:.0f} s of RL each:")
+    print(
+        f"\nfrom the same warm start (held-out pass@1 {before['pass_at_1']:.1%}, pass@{k} {before['pass_at_k']:.1%}), "
+        f"{args.budget:.0f} s of RL each:"
+    )
     print(f"{'preset':<14}{'iterations':>11}{'pass@1':>9}{f'pass@{k}':>9}{'train reward (last 10)':>24}")
     for row in rows:
-        print(f"{row['preset']:<14}{row['iterations']:>11}{row['pass_at_1']:>9.1%}{row['pass_at_k']:>9.1%}"
-              f"{row['train_reward_last10']:>24.3f}")
-    print(json.dumps({"budget_seconds": args.budget, "before": {"pass_at_1": before["pass_at_1"], "pass_at_k": before["pass_at_k"],
-                      "k": k}, "presets": rows}))
+        print(
+            f"{row['preset']:<14}{row['iterations']:>11}{row['pass_at_1']:>9.1%}{row['pass_at_k']:>9.1%}"
+            f"{row['train_reward_last10']:>24.3f}"
+        )
+    print(
+        json.dumps(
+            {
+                "budget_seconds": args.budget,
+                "before": {"pass_at_1": before["pass_at_1"], "pass_at_k": before["pass_at_k"], "k": k},
+                "presets": rows,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

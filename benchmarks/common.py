@@ -15,8 +15,18 @@ import time
 from spotrl.config import ModelConfig
 
 # Qwen2-shaped (q/k/v biases), vocab 512, hidden 256, MLP 768, 4 layers, 8 heads, 2 KV heads, tied, float32
-CONFIG = ModelConfig(vocab_size=512, hidden_size=256, intermediate_size=768, num_layers=4, num_heads=8,
-                     num_kv_heads=2, tie_embeddings=True, qkv_bias=True, dtype="float32", rope_theta=1_000_000.0)
+CONFIG = ModelConfig(
+    vocab_size=512,
+    hidden_size=256,
+    intermediate_size=768,
+    num_layers=4,
+    num_heads=8,
+    num_kv_heads=2,
+    tie_embeddings=True,
+    qkv_bias=True,
+    dtype="float32",
+    rope_theta=1_000_000.0,
+)
 
 
 def time_best(fn, repeats: int) -> tuple[float, float]:

@@ -64,7 +64,11 @@ def run_flow(run_dir: str, iterations: int) -> dict:
     with local_api_server():  # the server `spotrl train` starts (flows/local_server.py)
         result = train(config=_config(iterations), run_dir=run_dir)
     metrics = rundir.read_records(Path(run_dir), "metrics")
-    return {**_timings(metrics), "total_seconds": time.perf_counter() - started, "weights_sha256": result["weights_sha256"]}
+    return {
+        **_timings(metrics),
+        "total_seconds": time.perf_counter() - started,
+        "weights_sha256": result["weights_sha256"],
+    }
 
 
 STAGES = ("rollout", "reward", "update", "checkpoint", "publish")  # an iteration's, in order (1 shard)
@@ -79,6 +83,7 @@ def _timed(name: str, body):
             return body(*args, **kwargs)
         finally:
             _body_seconds.append((name, time.perf_counter() - started))
+
     return timed
 
 
@@ -95,12 +100,16 @@ def _timings(metrics: list[dict]) -> dict:
     modes), and jit compilations."""
     names = [name for name, _ in _body_seconds]
     if names != list(STAGES) * len(metrics):
-        raise RuntimeError(f"expected {len(metrics)} iterations of the stages {STAGES} one after another (the "
-                           f"default config: 1 rollout shard, no dynamic sampling); the bodies ran as {names}")
+        raise RuntimeError(
+            f"expected {len(metrics)} iterations of the stages {STAGES} one after another (the "
+            f"default config: 1 rollout shard, no dynamic sampling); the bodies ran as {names}"
+        )
     seconds = [s for _, s in _body_seconds]
-    return {"iteration_seconds": [m["seconds"] for m in metrics],
-            "body_seconds": [sum(seconds[i:i + len(STAGES)]) for i in range(0, len(seconds), len(STAGES))],
-            "compilations": [m["timing"]["compilations"] for m in metrics]}
+    return {
+        "iteration_seconds": [m["seconds"] for m in metrics],
+        "body_seconds": [sum(seconds[i : i + len(STAGES)]) for i in range(0, len(seconds), len(STAGES))],
+        "compilations": [m["timing"]["compilations"] for m in metrics],
+    }
 
 
 def run_loop(run_dir: str, iterations: int) -> dict:
@@ -122,14 +131,22 @@ def run_loop(run_dir: str, iterations: int) -> dict:
         previous, weights = point.checkpoint, point.weights
         for iteration in range(point.iteration + 1, iterations + 1):
             iteration_started, compiles_before = time.perf_counter(), compile_count()
-            rollouts = [stages.rollout.fn(config, root, iteration, shard, weights, 0)
-                        for shard in range(config.rollout.shards)]
+            rollouts = [
+                stages.rollout.fn(config, root, iteration, shard, weights, 0) for shard in range(config.rollout.shards)
+            ]
             scored = [stages.reward.fn(config, root, r) for r in rollouts]
             updated = stages.update.fn(config, root, iteration, previous, scored)
             previous = stages.checkpoint.fn(config, root, updated)
             weights = stages.publish.fn(config, root, previous)
-            metrics = _iteration_metrics(iteration, rollouts, scored, updated, weights,
-                                         time.perf_counter() - iteration_started, compile_count() - compiles_before)
+            metrics = _iteration_metrics(
+                iteration,
+                rollouts,
+                scored,
+                updated,
+                weights,
+                time.perf_counter() - iteration_started,
+                compile_count() - compiles_before,
+            )
             rundir.write_record(run_path, "metrics", iteration, metrics)
             records.append(metrics)
             if eval_due(config, iteration):
@@ -181,37 +198,62 @@ def main() -> None:
         run_child(__file__, "--worker", "warm-start", "--run-dir", warm_start)
         for n, mode in enumerate(_order(args.repeats)):
             started = time.perf_counter()
-            run = run_child(__file__, "--worker", mode, "--run-dir", str(Path(tmp) / f"{mode}-{n}"),
-                            "--iterations", str(args.iterations), "--warm-start", warm_start)
+            run = run_child(
+                __file__,
+                "--worker",
+                mode,
+                "--run-dir",
+                str(Path(tmp) / f"{mode}-{n}"),
+                "--iterations",
+                str(args.iterations),
+                "--warm-start",
+                warm_start,
+            )
             run["process_seconds"] = time.perf_counter() - started
             runs[mode].append(run)
-    steady = {m: [r["iteration_seconds"][args.skip:] for r in rs] for m, rs in runs.items()}
+    steady = {m: [r["iteration_seconds"][args.skip :] for r in rs] for m, rs in runs.items()}
     mean = {m: statistics.mean(x for s in ss for x in s) for m, ss in steady.items()}
-    bodies = {m: [r["body_seconds"][args.skip:] for r in rs] for m, rs in runs.items()}
+    bodies = {m: [r["body_seconds"][args.skip :] for r in rs] for m, rs in runs.items()}
     body = {m: statistics.mean(x for s in ss for x in s) for m, ss in bodies.items()}
     fraction = (mean["flow"] - mean["loop"]) / mean["flow"]
     engine = ((mean["flow"] - body["flow"]) - (mean["loop"] - body["loop"])) / mean["flow"]
     contention = (body["flow"] - body["loop"]) / mean["flow"]
-    pairs = list(zip(*([(statistics.mean(i), statistics.mean(b)) for i, b in zip(steady[m], bodies[m])]
-                       for m in ("flow", "loop"))))
+    pairs = list(
+        zip(
+            *(
+                [(statistics.mean(i), statistics.mean(b)) for i, b in zip(steady[m], bodies[m])]
+                for m in ("flow", "loop")
+            )
+        )
+    )
     per_pair = [(f_ - l_) / f_ for (f_, _), (l_, _) in pairs]
     engine_per_pair = [((f_ - fb) - (l_ - lb)) / f_ for (f_, fb), (l_, lb) in pairs]
     digests = {r["weights_sha256"] for rs in runs.values() for r in rs}
-    print(f"default config, {args.iterations} iterations, first {args.skip} left out, {args.repeats} runs of each "
-          f"mode in the order {' '.join(_order(args.repeats))}; {os.cpu_count()} CPUs")
+    print(
+        f"default config, {args.iterations} iterations, first {args.skip} left out, {args.repeats} runs of each "
+        f"mode in the order {' '.join(_order(args.repeats))}; {os.cpu_count()} CPUs"
+    )
     for m in ("loop", "flow"):
         for r, s in zip(runs[m], steady[m]):
-            print(f"  {m}: iteration mean {statistics.mean(s):.3f} s (min {min(s):.3f}, max {max(s):.3f}); process "
-                  f"{r['process_seconds']:.1f} s; jit compilations per iteration {r['compilations']}")
-    print(f"  Prefect overhead per iteration: {mean['flow'] - mean['loop']:+.3f} s = {fraction:.1%} of the flow's "
-          f"iteration time (per pair: {', '.join(f'{x:.1%}' for x in per_pair)}; median "
-          f"{statistics.median(per_pair):.1%}); "
-          f"same final weights in every run: {len(digests) == 1}")
-    print(f"  engine (outside the five stage bodies): loop {mean['loop'] - body['loop']:.3f} s, flow "
-          f"{mean['flow'] - body['flow']:.3f} s = {engine:.1%} (per pair: "
-          f"{', '.join(f'{x:.1%}' for x in engine_per_pair)})")
-    print(f"  contention (inside the stage bodies, the same code): loop {body['loop']:.3f} s, flow {body['flow']:.3f} s"
-          f" = {contention:.1%}")
+            print(
+                f"  {m}: iteration mean {statistics.mean(s):.3f} s (min {min(s):.3f}, max {max(s):.3f}); process "
+                f"{r['process_seconds']:.1f} s; jit compilations per iteration {r['compilations']}"
+            )
+    print(
+        f"  Prefect overhead per iteration: {mean['flow'] - mean['loop']:+.3f} s = {fraction:.1%} of the flow's "
+        f"iteration time (per pair: {', '.join(f'{x:.1%}' for x in per_pair)}; median "
+        f"{statistics.median(per_pair):.1%}); "
+        f"same final weights in every run: {len(digests) == 1}"
+    )
+    print(
+        f"  engine (outside the five stage bodies): loop {mean['loop'] - body['loop']:.3f} s, flow "
+        f"{mean['flow'] - body['flow']:.3f} s = {engine:.1%} (per pair: "
+        f"{', '.join(f'{x:.1%}' for x in engine_per_pair)})"
+    )
+    print(
+        f"  contention (inside the stage bodies, the same code): loop {body['loop']:.3f} s, flow {body['flow']:.3f} s"
+        f" = {contention:.1%}"
+    )
     figures = {
         "prefect_overhead_fraction": round(fraction, 4),
         "prefect_overhead_fraction_per_pair": [round(x, 4) for x in per_pair],
@@ -219,16 +261,21 @@ def main() -> None:
         "prefect_engine_fraction": round(engine, 4),
         "prefect_engine_fraction_per_pair": [round(x, 4) for x in engine_per_pair],
         "contention_fraction": round(contention, 4),
-        "flow_iteration_s": round(mean["flow"], 4), "loop_iteration_s": round(mean["loop"], 4),
-        "flow_body_s": round(body["flow"], 4), "loop_body_s": round(body["loop"], 4),
+        "flow_iteration_s": round(mean["flow"], 4),
+        "loop_iteration_s": round(mean["loop"], 4),
+        "flow_body_s": round(body["flow"], 4),
+        "loop_body_s": round(body["loop"], 4),
         "flow_iteration_s_all": [[round(x, 3) for x in r["iteration_seconds"]] for r in runs["flow"]],
         "loop_iteration_s_all": [[round(x, 3) for x in r["iteration_seconds"]] for r in runs["loop"]],
         "flow_process_s": [round(r["process_seconds"], 1) for r in runs["flow"]],
         "loop_process_s": [round(r["process_seconds"], 1) for r in runs["loop"]],
         "flow_compilations_per_iteration": runs["flow"][0]["compilations"],
         "loop_compilations_per_iteration": runs["loop"][0]["compilations"],
-        "same_weights": len(digests) == 1, "weights_sha256": sorted(digests),
-        "iterations": args.iterations, "repeats": args.repeats, "order": _order(args.repeats),
+        "same_weights": len(digests) == 1,
+        "weights_sha256": sorted(digests),
+        "iterations": args.iterations,
+        "repeats": args.repeats,
+        "order": _order(args.repeats),
     }
     print(json.dumps(figures))
 

@@ -60,17 +60,24 @@ def _store_throughput(root: str, params: dict, repeats: int = 3) -> dict:
         assert len(store.fs.cat_file(target)) == len(data)
         plain.append(time.perf_counter() - started)
     best_ours, best_plain = min(ours), min(plain)
-    return {"megabytes": round(len(data) / 2**20, 1), "publish_pull_s": round(best_ours, 3),
-            "plain_copy_s": round(best_plain, 3), "ratio_plain_over_ours": round(best_plain / best_ours, 3),
-            "publish_pull_MB_per_s": round(len(data) / 2**20 / best_ours, 1)}
+    return {
+        "megabytes": round(len(data) / 2**20, 1),
+        "publish_pull_s": round(best_ours, 3),
+        "plain_copy_s": round(best_plain, 3),
+        "ratio_plain_over_ours": round(best_plain / best_ours, 3),
+        "publish_pull_MB_per_s": round(len(data) / 2**20 / best_ours, 1),
+    }
 
 
 def _emulator():
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    process = subprocess.Popen([str(Path(sys.executable).with_name("gcp-storage-emulator")), "start", "--port", str(port),
-                                "--in-memory"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        [str(Path(sys.executable).with_name("gcp-storage-emulator")), "start", "--port", str(port), "--in-memory"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     os.environ.update(STORAGE_EMULATOR_HOST=f"http://127.0.0.1:{port}", GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT="false")
     import gcsfs
 
@@ -104,8 +111,12 @@ def main() -> None:
         emulator.terminate()
     print(json.dumps(figures), flush=True)
 
-    env = {**os.environ, "PREFECT_HOME": str(home / "prefect"), "PREFECT_LOGGING_LEVEL": "WARNING",
-           "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    env = {
+        **os.environ,
+        "PREFECT_HOME": str(home / "prefect"),
+        "PREFECT_LOGGING_LEVEL": "WARNING",
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    }
     os.environ.update(PREFECT_HOME=env["PREFECT_HOME"], PREFECT_SERVER_ANALYTICS_ENABLED="false")
     from prefect.testing.utilities import prefect_test_harness
 
@@ -117,18 +128,21 @@ def main() -> None:
         warm = home / "warm"
         assert run_attempt(warm, base[1:] + ["iterations=0"], env=env).returncode == 0
         timings = {}
-        for name, extra in (("k0", []), ("k1", ["rollout.max_staleness=1"]),
-                            ("ray", ["rollout.task_runner=ray"])):
+        for name, extra in (("k0", []), ("k1", ["rollout.max_staleness=1"]), ("ray", ["rollout.task_runner=ray"])):
             run_dir = home / name
             started = time.perf_counter()
             attempt = run_attempt(run_dir, base + extra, env=env, extra_args=["--warm-start-from", str(warm)])
             assert attempt.returncode == 0, attempt.output
-            timings[name] = {"median_iteration_s": round(_median_iteration_seconds(run_dir), 3),
-                             "wall_s": round(time.perf_counter() - started, 1)}
+            timings[name] = {
+                "median_iteration_s": round(_median_iteration_seconds(run_dir), 3),
+                "wall_s": round(time.perf_counter() - started, 1),
+            }
             print(name, timings[name], flush=True)
     figures["iteration"] = timings
     figures["k1_speedup_over_k0"] = round(timings["k0"]["median_iteration_s"] / timings["k1"]["median_iteration_s"], 3)
-    figures["ray_over_threads_iteration_ratio"] = round(timings["ray"]["median_iteration_s"] / timings["k0"]["median_iteration_s"], 3)
+    figures["ray_over_threads_iteration_ratio"] = round(
+        timings["ray"]["median_iteration_s"] / timings["k0"]["median_iteration_s"], 3
+    )
     shutil.rmtree(home, ignore_errors=True)
     print(json.dumps(figures))
 

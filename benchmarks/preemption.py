@@ -30,9 +30,21 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-TINY = ["model.hidden_size=32", "model.intermediate_size=64", "model.num_layers=2", "problem.train_size=2000",
-        "problem.eval_size=40", "warmstart.max_steps=20", "rollout.prompts_per_iteration=8", "rollout.group_size=4",
-        "rollout.shards=2", "algorithm.minibatches=2", "eval.n=4", "eval.k=2", "eval.prompts=16"]
+TINY = [
+    "model.hidden_size=32",
+    "model.intermediate_size=64",
+    "model.num_layers=2",
+    "problem.train_size=2000",
+    "problem.eval_size=40",
+    "warmstart.max_steps=20",
+    "rollout.prompts_per_iteration=8",
+    "rollout.group_size=4",
+    "rollout.shards=2",
+    "algorithm.minibatches=2",
+    "eval.n=4",
+    "eval.k=2",
+    "eval.prompts=16",
+]
 
 
 def _task_runs(client, run_dir: Path):
@@ -47,16 +59,21 @@ def _task_runs(client, run_dir: Path):
             offset += len(page)
         return found
 
-    flow_runs = [fr for fr in every(client.read_flow_runs, sort=FlowRunSort.EXPECTED_START_TIME_ASC)
-                 if fr.parameters.get("run_dir") == str(run_dir)]
-    return [(fr, every(client.read_task_runs, flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[fr.id]))))
-            for fr in flow_runs]
+    flow_runs = [
+        fr
+        for fr in every(client.read_flow_runs, sort=FlowRunSort.EXPECTED_START_TIME_ASC)
+        if fr.parameters.get("run_dir") == str(run_dir)
+    ]
+    return [
+        (fr, every(client.read_task_runs, flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[fr.id]))))
+        for fr in flow_runs
+    ]
 
 
 def _measure(runs, attempts) -> dict:
     completed_keys: set[str] = set()
     per_kill, restarts = [], []
-    for (flow_run, tasks), attempt in zip(runs, attempts):
+    for (_flow_run, tasks), attempt in zip(runs, attempts):
         redone = 0.0
         for task in tasks:
             state = task.state.name if task.state else ""
@@ -82,13 +99,14 @@ def main() -> None:
     args = parser.parse_args()
 
     home = Path(tempfile.mkdtemp(prefix="spotrl-bench-preemption-"))
-    os.environ.update(PREFECT_HOME=str(home / "prefect"), PREFECT_SERVER_ANALYTICS_ENABLED="false",
-                      PREFECT_LOGGING_LEVEL="WARNING")
+    os.environ.update(
+        PREFECT_HOME=str(home / "prefect"), PREFECT_SERVER_ANALYTICS_ENABLED="false", PREFECT_LOGGING_LEVEL="WARNING"
+    )
     from prefect.client.orchestration import get_client
     from prefect.settings import PREFECT_API_URL
     from prefect.testing.utilities import prefect_test_harness
 
-    from spotrl.chaos import Kill, run_attempt, standard_kills, strip_timing, read_jsonl
+    from spotrl.chaos import Kill, read_jsonl, run_attempt, standard_kills, strip_timing
 
     overrides = TINY + [f"iterations={args.iterations}"]
     with prefect_test_harness(server_startup_timeout=120):
@@ -98,7 +116,9 @@ def main() -> None:
         assert baseline.returncode == 0, baseline.output
         baseline_seconds = baseline.ended - baseline.started
 
-        attempts = [run_attempt(chaos_dir, overrides, kill, env=env) for kill in standard_kills(args.iterations, args.seed)]
+        attempts = [
+            run_attempt(chaos_dir, overrides, kill, env=env) for kill in standard_kills(args.iterations, args.seed)
+        ]
         attempts.append(run_attempt(chaos_dir, overrides, env=env))
         assert attempts[-1].returncode == 0, attempts[-1].output
         with get_client(sync_client=True) as client:
@@ -111,15 +131,24 @@ def main() -> None:
     private_dir = home / "private"
     run_attempt(private_dir, overrides, Kill(after_line="iteration    2/"), env=private_env)
     first_iteration = {}
-    resumed = run_attempt(private_dir, overrides, env=private_env, on_line=lambda process, line: (
-        first_iteration.setdefault("t", time.time()) if line.startswith("iteration") else None))
+    resumed = run_attempt(
+        private_dir,
+        overrides,
+        env=private_env,
+        on_line=lambda process, line: (
+            first_iteration.setdefault("t", time.time()) if line.startswith("iteration") else None
+        ),
+    )
     assert resumed.returncode == 0, resumed.output
 
     from spotrl.storage.weights import WeightStore
 
-    digests_equal = WeightStore(chaos_dir / "weights").verified_digest() == WeightStore(baseline_dir / "weights").verified_digest()
-    metrics_equal = ([strip_timing(r) for r in read_jsonl(chaos_dir / "metrics.jsonl")]
-                     == [strip_timing(r) for r in read_jsonl(baseline_dir / "metrics.jsonl")])
+    digests_equal = (
+        WeightStore(chaos_dir / "weights").verified_digest() == WeightStore(baseline_dir / "weights").verified_digest()
+    )
+    metrics_equal = [strip_timing(r) for r in read_jsonl(chaos_dir / "metrics.jsonl")] == [
+        strip_timing(r) for r in read_jsonl(baseline_dir / "metrics.jsonl")
+    ]
     kills = [k for k in measured["per_kill"] if k["kill"] != "(resume)"]
     redone = sum(k["redone_s"] for k in measured["per_kill"])
     figures = {

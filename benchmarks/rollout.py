@@ -38,15 +38,20 @@ from flax import nnx
 
 from spotrl.model.compiles import CompileCounter
 from spotrl.model.hf.export import export_checkpoint
-from spotrl.rollout.sampler import SamplingParams, generate, generate_groups
 from spotrl.model.transformer import Transformer
+from spotrl.rollout.sampler import SamplingParams, generate, generate_groups
 
-WORKLOADS = {"a": dict(prompts=16, group=8, prompt_len=64, new=64), "b": dict(prompts=4, group=16, prompt_len=384, new=32)}
+WORKLOADS = {
+    "a": dict(prompts=16, group=8, prompt_len=64, new=64),
+    "b": dict(prompts=4, group=16, prompt_len=384, new=32),
+}
 STOP = CONFIG.vocab_size  # never sampled: every row generates exactly `new` tokens
 
 
 def _prompts(w: dict, seed: int) -> np.ndarray:
-    return np.random.default_rng(seed).integers(2, CONFIG.vocab_size, size=(w["prompts"], w["prompt_len"]), dtype=np.int32)
+    return np.random.default_rng(seed).integers(
+        2, CONFIG.vocab_size, size=(w["prompts"], w["prompt_len"]), dtype=np.int32
+    )
 
 
 def bench_ours(graphdef, state, w: dict, shared: bool, repeats: int) -> dict:
@@ -55,18 +60,28 @@ def bench_ours(graphdef, state, w: dict, shared: bool, repeats: int) -> dict:
     rows = w["prompts"] * w["group"]
     if shared:
         valid = np.ones(prompts.shape, bool)
-        run = lambda: jax.block_until_ready(generate_groups(graphdef, state, prompts, valid, jax.random.key(0), params,
-                                                            w["group"]))
+
+        def run():
+            return jax.block_until_ready(
+                generate_groups(graphdef, state, prompts, valid, jax.random.key(0), params, w["group"])
+            )
     else:
         rep = np.repeat(prompts, w["group"], axis=0)
         valid = np.ones(rep.shape, bool)
-        run = lambda: jax.block_until_ready(generate(graphdef, state, rep, valid, jax.random.key(0), params))
+
+        def run():
+            return jax.block_until_ready(generate(graphdef, state, rep, valid, jax.random.key(0), params))
+
     with CompileCounter() as compiles:
         first, best = _time(run, repeats)
     out = run()
     assert int(np.asarray(out.lengths).min()) == w["new"], "every row must generate all its tokens"
-    return {"tok_s": rows * w["new"] / best, "seconds": best, "compile_s": max(first - best, 0.0),
-            "compilations": compiles.count}
+    return {
+        "tok_s": rows * w["new"] / best,
+        "seconds": best,
+        "compile_s": max(first - best, 0.0),
+        "compilations": compiles.count,
+    }
 
 
 def bench_transformers(path: str, w: dict, repeats: int) -> dict:
@@ -79,8 +94,16 @@ def bench_transformers(path: str, w: dict, repeats: int) -> dict:
     mask = torch.ones_like(ids)
     results = {}
     for cache in ("static", "dynamic"):
-        kwargs = dict(max_new_tokens=w["new"], min_new_tokens=w["new"], do_sample=True, temperature=1.0, top_k=0,
-                      top_p=1.0, eos_token_id=None, pad_token_id=0)
+        kwargs = dict(
+            max_new_tokens=w["new"],
+            min_new_tokens=w["new"],
+            do_sample=True,
+            temperature=1.0,
+            top_k=0,
+            top_p=1.0,
+            eos_token_id=None,
+            pad_token_id=0,
+        )
         if cache == "static":
             kwargs["cache_implementation"] = "static"
 
@@ -118,38 +141,56 @@ def main() -> None:
 
     model = Transformer(CONFIG, rngs=nnx.Rngs(0))
     graphdef, state = nnx.split(model)
-    print(f"jax {jax.__version__} on {jax.devices()[0].platform}, {os.cpu_count()} CPUs; model "
-          f"{sum(x.size for x in jax.tree.leaves(state)) / 1e6:.2f}M parameters")
+    print(
+        f"jax {jax.__version__} on {jax.devices()[0].platform}, {os.cpu_count()} CPUs; model "
+        f"{sum(x.size for x in jax.tree.leaves(state)) / 1e6:.2f}M parameters"
+    )
     figures: dict = {}
     tmp = tempfile.TemporaryDirectory()
     if not args.skip_transformers:
         export_checkpoint(nnx.to_pure_dict(state), CONFIG, tmp.name, overwrite=True)
     for name, w in WORKLOADS.items():
-        label = f"({name}) {w['prompts']} prompts x {w['group']} samples, {w['prompt_len']}-token prompts, {w['new']} new"
+        label = (
+            f"({name}) {w['prompts']} prompts x {w['group']} samples, {w['prompt_len']}-token prompts, {w['new']} new"
+        )
         print(label)
         shared = bench_ours(graphdef, state, w, True, args.repeats)
         plain = bench_ours(graphdef, state, w, False, args.repeats)
-        print(f"  ours, shared prefill:   {shared['tok_s']:9.0f} tok/s  ({shared['seconds']:.3f} s; compile "
-              f"{shared['compile_s']:.2f} s, {shared['compilations']} compilations)")
-        print(f"  ours, repeated prompts: {plain['tok_s']:9.0f} tok/s  ({plain['seconds']:.3f} s; compile "
-              f"{plain['compile_s']:.2f} s, {plain['compilations']} compilations)")
+        print(
+            f"  ours, shared prefill:   {shared['tok_s']:9.0f} tok/s  ({shared['seconds']:.3f} s; compile "
+            f"{shared['compile_s']:.2f} s, {shared['compilations']} compilations)"
+        )
+        print(
+            f"  ours, repeated prompts: {plain['tok_s']:9.0f} tok/s  ({plain['seconds']:.3f} s; compile "
+            f"{plain['compile_s']:.2f} s, {plain['compilations']} compilations)"
+        )
         speedup = shared["tok_s"] / plain["tok_s"]
         print(f"  shared prefill speed-up: {speedup:.2f}x")
-        figures.update({f"ours_shared_tok_s_{name}": round(shared["tok_s"], 1),
-                        f"ours_plain_tok_s_{name}": round(plain["tok_s"], 1),
-                        f"shared_prefill_speedup_{name}": round(speedup, 3),
-                        f"compile_s_shared_{name}": round(shared["compile_s"], 2),
-                        f"compile_s_plain_{name}": round(plain["compile_s"], 2)})
+        figures.update(
+            {
+                f"ours_shared_tok_s_{name}": round(shared["tok_s"], 1),
+                f"ours_plain_tok_s_{name}": round(plain["tok_s"], 1),
+                f"shared_prefill_speedup_{name}": round(speedup, 3),
+                f"compile_s_shared_{name}": round(shared["compile_s"], 2),
+                f"compile_s_plain_{name}": round(plain["compile_s"], 2),
+            }
+        )
         if not args.skip_transformers:
             ref = transformers_in_child(tmp.name, name, args.repeats)
             by_cache = ", ".join(f"{k} {v:.0f}" for k, v in ref["by_cache"].items())
             print(f"  transformers generate:  {ref['tok_s']:9.0f} tok/s  (best: {ref['cache']} cache; {by_cache})")
-            print(f"  ours / transformers: {shared['tok_s'] / ref['tok_s']:.2f}x (shared prefill), "
-                  f"{plain['tok_s'] / ref['tok_s']:.2f}x (repeated prompts)")
-            figures.update({f"transformers_tok_s_{name}": round(ref["tok_s"], 1),
-                            f"transformers_cache_{name}": ref["cache"],
-                            f"vs_transformers_{name}": round(shared["tok_s"] / ref["tok_s"], 3),
-                            f"vs_transformers_plain_{name}": round(plain["tok_s"] / ref["tok_s"], 3)})
+            print(
+                f"  ours / transformers: {shared['tok_s'] / ref['tok_s']:.2f}x (shared prefill), "
+                f"{plain['tok_s'] / ref['tok_s']:.2f}x (repeated prompts)"
+            )
+            figures.update(
+                {
+                    f"transformers_tok_s_{name}": round(ref["tok_s"], 1),
+                    f"transformers_cache_{name}": ref["cache"],
+                    f"vs_transformers_{name}": round(shared["tok_s"] / ref["tok_s"], 3),
+                    f"vs_transformers_plain_{name}": round(plain["tok_s"] / ref["tok_s"], 3),
+                }
+            )
     tmp.cleanup()
     print(json.dumps(figures))
 

@@ -47,8 +47,8 @@ from flax import nnx
 
 from spotrl.model.compiles import CompileCounter
 from spotrl.model.hf.export import export_checkpoint
-from spotrl.rl.train_step import LossSpec, RLBatch, build_rl_step, build_sft_step, make_optimizer
 from spotrl.model.transformer import Transformer
+from spotrl.rl.train_step import LossSpec, RLBatch, build_rl_step, build_sft_step, make_optimizer
 
 BATCH, SEQ, COMPLETION = 32, 128, 64
 LR = 1e-4
@@ -89,12 +89,18 @@ def bench_ours(graphdef, state, kind: str, repeats: int) -> dict:
         step = build_sft_step(graphdef, tx)
 
         def run():
-            holder["params"], holder["opt_state"], loss = step(holder["params"], holder["opt_state"], tokens, valid, valid)
+            holder["params"], holder["opt_state"], loss = step(
+                holder["params"], holder["opt_state"], tokens, valid, valid
+            )
             return jax.block_until_ready(loss)
     else:
         rng = np.random.default_rng(1)
-        batch = RLBatch(tokens, valid, jnp.asarray(rng.normal(-6.2, 0.5, (BATCH, COMPLETION)), jnp.float32),
-                        jnp.asarray(rng.normal(0, 1, BATCH), jnp.float32))
+        batch = RLBatch(
+            tokens,
+            valid,
+            jnp.asarray(rng.normal(-6.2, 0.5, (BATCH, COMPLETION)), jnp.float32),
+            jnp.asarray(rng.normal(0, 1, BATCH), jnp.float32),
+        )
         step = build_rl_step(graphdef, tx, LossSpec(), 1.0, micro_batches=4 if kind == "rl_micro4" else 1)
 
         def run():
@@ -107,8 +113,13 @@ def bench_ours(graphdef, state, kind: str, repeats: int) -> dict:
     first = time.perf_counter() - start
     with CompileCounter() as compiles:  # after the first step: must stay 0
         _, best = time_best(run, repeats)
-    return {"tok_s": BATCH * SEQ / best, "seconds": best, "compile_s": max(first - best, 0.0),
-            "steady_compilations": compiles.count, "first_loss": first_loss}
+    return {
+        "tok_s": BATCH * SEQ / best,
+        "seconds": best,
+        "compile_s": max(first - best, 0.0),
+        "steady_compilations": compiles.count,
+        "first_loss": first_loss,
+    }
 
 
 def bench_transformers(path: str, repeats: int) -> dict:
@@ -132,8 +143,12 @@ def bench_transformers(path: str, repeats: int) -> dict:
         losses.append(float(loss.detach()))
 
     _, best = time_best(run, repeats)
-    return {"tok_s": BATCH * SEQ / best, "seconds": best, "first_loss": losses[0],
-            "attn_implementation": getattr(model.config, "_attn_implementation", None)}
+    return {
+        "tok_s": BATCH * SEQ / best,
+        "seconds": best,
+        "first_loss": losses[0],
+        "attn_implementation": getattr(model.config, "_attn_implementation", None),
+    }
 
 
 def main() -> None:
@@ -147,22 +162,33 @@ def main() -> None:
         return
 
     graphdef, state = nnx.split(Transformer(CONFIG, rngs=nnx.Rngs(0)))
-    print(f"jax {jax.__version__} on {jax.devices()[0].platform}, {os.cpu_count()} CPUs; model "
-          f"{sum(x.size for x in jax.tree.leaves(state)) / 1e6:.2f}M parameters; batch {BATCH} x {SEQ} tokens")
+    print(
+        f"jax {jax.__version__} on {jax.devices()[0].platform}, {os.cpu_count()} CPUs; model "
+        f"{sum(x.size for x in jax.tree.leaves(state)) / 1e6:.2f}M parameters; batch {BATCH} x {SEQ} tokens"
+    )
     peak = matmul_peak(args.repeats)
     fpt = flops_per_token()
-    print(f"XLA float32 matmul peak: {peak['flops'] / 1e9:.1f} GFLOP/s (by size: {peak['by_size']}); "
-          f"training FLOPs per token: {fpt / 1e6:.2f} M")
+    print(
+        f"XLA float32 matmul peak: {peak['flops'] / 1e9:.1f} GFLOP/s (by size: {peak['by_size']}); "
+        f"training FLOPs per token: {fpt / 1e6:.2f} M"
+    )
     figures: dict = {"matmul_peak_gflops": round(peak["flops"] / 1e9, 1), "train_flops_per_token": fpt}
     ours = {}
     for kind in ("lm", "rl", "rl_micro4"):
         r = bench_ours(graphdef, state, kind, args.repeats)
         ours[kind] = r
         mfu = r["tok_s"] * fpt / peak["flops"]
-        print(f"  ours {kind:10s} {r['tok_s']:9.0f} tok/s  ({r['seconds']:.3f} s/step; compile {r['compile_s']:.2f} s; "
-              f"{r['steady_compilations']} compilations in the timed steps; MFU {mfu:.1%})")
-        figures.update({f"ours_{kind}_tok_s": round(r["tok_s"], 1), f"mfu_{kind}": round(mfu, 4),
-                        f"compile_s_{kind}": round(r["compile_s"], 2)})
+        print(
+            f"  ours {kind:10s} {r['tok_s']:9.0f} tok/s  ({r['seconds']:.3f} s/step; compile {r['compile_s']:.2f} s; "
+            f"{r['steady_compilations']} compilations in the timed steps; MFU {mfu:.1%})"
+        )
+        figures.update(
+            {
+                f"ours_{kind}_tok_s": round(r["tok_s"], 1),
+                f"mfu_{kind}": round(mfu, 4),
+                f"compile_s_{kind}": round(r["compile_s"], 2),
+            }
+        )
     figures["mfu"] = figures["mfu_lm"]
     figures["steady_state_compilations"] = sum(r["steady_compilations"] for r in ours.values())
     if not args.skip_transformers:
@@ -171,16 +197,27 @@ def main() -> None:
             ref = run_child(__file__, "--transformers-worker", tmp, "--repeats", str(args.repeats))
         ref_mfu = ref["tok_s"] * fpt / peak["flops"]
         loss_diff = abs(ref["first_loss"] - ours["lm"]["first_loss"])
-        print(f"  transformers     {ref['tok_s']:9.0f} tok/s  ({ref['seconds']:.3f} s/step; attention "
-              f"{ref['attn_implementation']}; MFU {ref_mfu:.1%} of XLA's peak)")
-        print(f"  first loss: ours {ours['lm']['first_loss']:.6f}, transformers {ref['first_loss']:.6f} "
-              f"(|diff| {loss_diff:.1e}: the same model)")
-        print(f"  ours / transformers: {ours['lm']['tok_s'] / ref['tok_s']:.2f}x (lm step), "
-              f"{ours['rl']['tok_s'] / ref['tok_s']:.2f}x (RL step)")
-        figures.update({"transformers_tok_s": round(ref["tok_s"], 1), "transformers_mfu": round(ref_mfu, 4),
-                        "vs_transformers": round(ours["lm"]["tok_s"] / ref["tok_s"], 3),
-                        "vs_transformers_rl": round(ours["rl"]["tok_s"] / ref["tok_s"], 3),
-                        "first_loss_abs_diff": float(f"{loss_diff:.3g}")})
+        print(
+            f"  transformers     {ref['tok_s']:9.0f} tok/s  ({ref['seconds']:.3f} s/step; attention "
+            f"{ref['attn_implementation']}; MFU {ref_mfu:.1%} of XLA's peak)"
+        )
+        print(
+            f"  first loss: ours {ours['lm']['first_loss']:.6f}, transformers {ref['first_loss']:.6f} "
+            f"(|diff| {loss_diff:.1e}: the same model)"
+        )
+        print(
+            f"  ours / transformers: {ours['lm']['tok_s'] / ref['tok_s']:.2f}x (lm step), "
+            f"{ours['rl']['tok_s'] / ref['tok_s']:.2f}x (RL step)"
+        )
+        figures.update(
+            {
+                "transformers_tok_s": round(ref["tok_s"], 1),
+                "transformers_mfu": round(ref_mfu, 4),
+                "vs_transformers": round(ours["lm"]["tok_s"] / ref["tok_s"], 3),
+                "vs_transformers_rl": round(ours["rl"]["tok_s"] / ref["tok_s"], 3),
+                "first_loss_abs_diff": float(f"{loss_diff:.3g}"),
+            }
+        )
     print(json.dumps(figures))
 
 

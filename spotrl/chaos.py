@@ -26,8 +26,11 @@ def strip_timing(record):
     """A metrics/eval record without its timing fields: keys containing 'seconds', 'per_s' or
     'time', and everything under a 'timing' key. What is left must be identical across runs."""
     if isinstance(record, dict):
-        return {k: strip_timing(v) for k, v in record.items()
-                if k != "timing" and not any(marker in k for marker in TIMING_MARKERS)}
+        return {
+            k: strip_timing(v)
+            for k, v in record.items()
+            if k != "timing" and not any(marker in k for marker in TIMING_MARKERS)
+        }
     if isinstance(record, list):
         return [strip_timing(v) for v in record]
     return record
@@ -46,7 +49,9 @@ class Kill:
     delay: float = 0.0
 
     def describe(self) -> str:
-        return f"failpoint {self.failpoint}" if self.failpoint else f"SIGKILL {self.delay:.2f}s after {self.after_line!r}"
+        return (
+            f"failpoint {self.failpoint}" if self.failpoint else f"SIGKILL {self.delay:.2f}s after {self.after_line!r}"
+        )
 
 
 @dataclasses.dataclass
@@ -68,16 +73,29 @@ def train_command(run_dir: Path, overrides: list[str], extra_args: list[str] = (
     return [sys.executable, "-m", "spotrl", "train", "--run-dir", str(run_dir), *sets, *extra_args]
 
 
-def run_attempt(run_dir: Path, overrides: list[str], kill: Kill | None = None, env: dict | None = None,
-                timeout: float = 600.0, on_line=None, extra_args: list[str] = ()) -> Attempt:
+def run_attempt(
+    run_dir: Path,
+    overrides: list[str],
+    kill: Kill | None = None,
+    env: dict | None = None,
+    timeout: float = 600.0,
+    on_line=None,
+    extra_args: list[str] = (),
+) -> Attempt:
     """Run `spotrl train` once; kill it as `kill` says. Returns how it ended and what it printed."""
     env = dict(os.environ if env is None else env)
     env.pop("SPOTRL_KILL_AT", None)
     if kill is not None and kill.failpoint:
         env["SPOTRL_KILL_AT"] = kill.failpoint
     started = time.time()
-    process = subprocess.Popen(train_command(run_dir, overrides, extra_args), env=env, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True, bufsize=1)
+    process = subprocess.Popen(
+        train_command(run_dir, overrides, extra_args),
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        bufsize=1,
+    )
     lines: list[str] = []
     killed_at: list[float] = []
     timer = threading.Timer(timeout, process.kill)
@@ -88,12 +106,14 @@ def run_attempt(run_dir: Path, overrides: list[str], kill: Kill | None = None, e
             if on_line is not None:
                 on_line(process, line)
             if kill is not None and kill.after_line and kill.after_line in line and not killed_at:
+
                 def send(pid=process.pid):
                     killed_at.append(time.time())
                     try:
                         os.kill(pid, signal.SIGKILL)
                     except ProcessLookupError:
                         pass
+
                 threading.Timer(kill.delay, send).start()
         returncode = process.wait()
     finally:

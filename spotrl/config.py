@@ -1,8 +1,9 @@
 """The run config: typed, validated at construction, and the train flow's parameter.
 
 Every field has the value of the built-in tiny preset (`spotrl/configs/tiny.yaml`, which documents
-each one); a preset or `--set key=value` overrides it (the loader: spotrl/configs/). Unknown keys, wrong types and impossible values
-fail here, before any work starts, with the dotted key in the message.
+each one); a preset or `--set key=value` overrides it (the loader: spotrl/configs/). Unknown keys,
+wrong types and impossible values fail here, before any work starts, with the dotted key in the
+message. No I/O and no import of the layers above: registries are asked by kind (spotrl/registry.py).
 """
 
 from __future__ import annotations
@@ -15,13 +16,24 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInf
 
 from spotrl.registry import registry
 
-
 # The keys that describe the network itself: with `path` set they come from the checkpoint's
 # config.json (the loader completes the section: spotrl.model.hf.config.resolve_model_config); the
 # other keys say how to run it.
-ARCHITECTURE_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads",
-                     "head_dim", "rope_theta", "rope_scaling", "max_position_embeddings", "rms_norm_eps",
-                     "tie_embeddings", "qkv_bias")
+ARCHITECTURE_KEYS = (
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_layers",
+    "num_heads",
+    "num_kv_heads",
+    "head_dim",
+    "rope_theta",
+    "rope_scaling",
+    "max_position_embeddings",
+    "rms_norm_eps",
+    "tie_embeddings",
+    "qkv_bias",
+)
 
 
 class RopeScaling(BaseModel):
@@ -41,7 +53,7 @@ class RopeScaling(BaseModel):
     original_max_position_embeddings: int = Field(8192, gt=0)
 
     @model_validator(mode="after")
-    def _check_band(self) -> "RopeScaling":
+    def _check_band(self) -> RopeScaling:
         if self.high_freq_factor <= self.low_freq_factor:
             raise ValueError(
                 f"high_freq_factor ({self.high_freq_factor}) must be greater than low_freq_factor "
@@ -91,21 +103,29 @@ class ModelConfig(BaseModel):
     qkv_bias: bool = False
     dtype: str = Field("float32", pattern="^(float32|bfloat16)$")
     compute_dtype: str | None = Field(
-        None, pattern="^(float32|bfloat16)$",
+        None,
+        pattern="^(float32|bfloat16)$",
         description="dtype of the matmuls and activations; null: dtype. float32 weights with bfloat16 "
-        "compute is mixed precision (the optimizer updates float32 master weights)")
-    path: str | None = Field(None, description="Hugging Face checkpoint directory (local or gs://); null: the "
-                                               "built-in model, randomly initialised, and the character tokenizer")
-    chat_template: bool = Field(True, description="render task prompts through the tokenizer's chat template "
-                                                  "(when the checkpoint has one)")
+        "compute is mixed precision (the optimizer updates float32 master weights)",
+    )
+    path: str | None = Field(
+        None,
+        description="Hugging Face checkpoint directory (local or gs://); null: the "
+        "built-in model, randomly initialised, and the character tokenizer",
+    )
+    chat_template: bool = Field(
+        True, description="render task prompts through the tokenizer's chat template (when the checkpoint has one)"
+    )
     remat: bool = Field(False, description="recompute each layer's activations in the backward pass (memory for FLOPs)")
     mesh: MeshConfig = MeshConfig()
     sharding_rules: tuple[tuple[str, tuple[str | None, ...]], ...] | None = Field(
-        None, description="[regex over a parameter path, [mesh axis or null per dimension]], first match wins; "
-                          "null: spotrl.model.hf.loader.DEFAULT_RULES")
+        None,
+        description="[regex over a parameter path, [mesh axis or null per dimension]], first match wins; "
+        "null: spotrl.model.hf.loader.DEFAULT_RULES",
+    )
 
     @model_validator(mode="after")
-    def _check_rules(self) -> "ModelConfig":
+    def _check_rules(self) -> ModelConfig:
         import re
 
         for pattern, axes in self.sharding_rules or ():
@@ -115,15 +135,15 @@ class ModelConfig(BaseModel):
                 raise ValueError(f"sharding_rules: {pattern!r} is not a regular expression ({err})") from None
             unknown = set(axes) - {"fsdp", "tp", None}
             if unknown:  # an unknown axis would silently replicate the tensor
-                raise ValueError(f"sharding_rules: {pattern!r} names mesh axes {sorted(unknown)} (the mesh has fsdp, tp)")
+                raise ValueError(
+                    f"sharding_rules: {pattern!r} names mesh axes {sorted(unknown)} (the mesh has fsdp, tp)"
+                )
         return self
 
     @model_validator(mode="after")
-    def _check_heads(self) -> "ModelConfig":
+    def _check_heads(self) -> ModelConfig:
         if self.num_heads % self.num_kv_heads:
-            raise ValueError(
-                f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})"
-            )
+            raise ValueError(f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})")
         if self.head_dim is None and self.hidden_size % self.num_heads:
             raise ValueError(
                 f"hidden_size ({self.hidden_size}) must be divisible by num_heads ({self.num_heads}) "
@@ -176,8 +196,11 @@ def _registered(*kinds: str):
 
 
 class ProblemConfig(_Section):
-    name: _registered("problem") = Field("arithmetic", description="a problem in spotrl.problems: the verifier and "
-                                         "tokenizer; built-in prompts for arithmetic and code, curation.sources for any")
+    name: _registered("problem") = Field(
+        "arithmetic",
+        description="a problem in spotrl.problems: the verifier and "
+        "tokenizer; built-in prompts for arithmetic and code, curation.sources for any",
+    )
     train_size: int = Field(20000, gt=0)
     eval_size: int = Field(400, gt=0)
     min_digits: int = Field(2, ge=1, le=4)
@@ -211,19 +234,22 @@ class DifficultyConfig(_Section):
 
     every: int = Field(10, gt=0, description="re-estimate before iterations 1, 1 + every, 1 + 2 * every, ...")
     samples: int = Field(8, ge=2, description="completions per prompt for an estimate")
-    prompts: int | None = Field(None, gt=0, description="estimate this many training prompts (a seeded subset); "
-                                                         "None: all of them")
+    prompts: int | None = Field(
+        None, gt=0, description="estimate this many training prompts (a seeded subset); None: all of them"
+    )
     drop_never: bool = True
     drop_always: bool = True
 
 
 class CurationConfig(_Section):
     sources: tuple[SourceConfig, ...] = Field((), description="empty: the task's built-in prompts")
-    eval: tuple[SourceConfig, ...] = Field((), description="held-out sets: training prompts sharing "
-                                                                       "an n-gram with them are removed")
+    eval: tuple[SourceConfig, ...] = Field(
+        (), description="held-out sets: training prompts sharing an n-gram with them are removed"
+    )
     ngram: int = Field(13, gt=0, description="decontamination n-gram size, in words")
-    total: int | None = Field(None, gt=0, description="rows to mix from the sources by weight (None: as many as "
-                                                      "the weights allow)")
+    total: int | None = Field(
+        None, gt=0, description="rows to mix from the sources by weight (None: as many as the weights allow)"
+    )
     difficulty: DifficultyConfig | None = None
 
     @model_validator(mode="after")
@@ -254,13 +280,21 @@ class RolloutConfig(_Section):
     top_k: int = Field(0, ge=0)
     top_p: float = Field(1.0, gt=0, le=1)
     shards: int = Field(1, gt=0, description="rollout work split into this many parallel tasks")
-    task_runner: Literal["threads", "ray"] = Field("threads", description="where rollout shards run: this process's "
-                                                                         "thread pool, or Ray workers (prefect-ray)")
-    ray_address: str | None = Field(None, description="a Ray cluster (ray://host:10001 or auto); None starts a local Ray")
-    pull_timeout_seconds: float = Field(300.0, gt=0, description="how long a worker waits for a weight version "
-                                                                  "that is not published yet")
-    max_staleness: int = Field(0, ge=0, description="k: iteration i samples with weights i-1-k; k >= 1 overlaps "
-                                                     "generation with the previous updates (0: on-policy)")
+    task_runner: Literal["threads", "ray"] = Field(
+        "threads", description="where rollout shards run: this process's thread pool, or Ray workers (prefect-ray)"
+    )
+    ray_address: str | None = Field(
+        None, description="a Ray cluster (ray://host:10001 or auto); None starts a local Ray"
+    )
+    pull_timeout_seconds: float = Field(
+        300.0, gt=0, description="how long a worker waits for a weight version that is not published yet"
+    )
+    max_staleness: int = Field(
+        0,
+        ge=0,
+        description="k: iteration i samples with weights i-1-k; k >= 1 overlaps "
+        "generation with the previous updates (0: on-policy)",
+    )
 
 
 class KLConfig(_Section):
@@ -268,7 +302,9 @@ class KLConfig(_Section):
 
     coef: float = Field(0.0, ge=0, description="0 disables it (no reference forward pass)")
     estimator: _registered("KL estimator") = "k3"
-    in_reward: bool = Field(False, description="subtract coef * KL from per-token rewards instead of adding it to the loss")
+    in_reward: bool = Field(
+        False, description="subtract coef * KL from per-token rewards instead of adding it to the loss"
+    )
 
 
 class DynamicSamplingConfig(_Section):
@@ -330,18 +366,28 @@ class AlgorithmConfig(_Section):
     clip_high: float = Field(0.2, gt=0, description="ratio clipped above at 1 + clip_high (DAPO: clip-higher)")
     dual_clip: float | None = Field(None, gt=1, description="objective bounded below by dual_clip * A for A < 0")
     aggregation: _registered("loss aggregation") = "token_mean"
-    norm_constant: float | None = Field(None, gt=0, description="seq_mean_token_sum_norm's divisor; default max_new_tokens")
+    norm_constant: float | None = Field(
+        None, gt=0, description="seq_mean_token_sum_norm's divisor; default max_new_tokens"
+    )
     entropy_coef: float = Field(0.0, ge=0)
     kl: KLConfig = KLConfig()
     dynamic_sampling: DynamicSamplingConfig = DynamicSamplingConfig()
     overlong: OverlongConfig = OverlongConfig()
     value: ValueConfig = ValueConfig()
-    importance_cap: float = Field(2.0, gt=0, description="truncated importance weight min(pi_prox / pi_behaviour, cap) "
-                                                         "on stale rollouts (rollout.max_staleness >= 1)")
+    importance_cap: float = Field(
+        2.0,
+        gt=0,
+        description="truncated importance weight min(pi_prox / pi_behaviour, cap) "
+        "on stale rollouts (rollout.max_staleness >= 1)",
+    )
     minibatches: int = Field(4, gt=0)
     epochs: int = Field(1, gt=0)
-    micro_batches: int = Field(1, gt=0, description="gradient accumulation: each minibatch's gradient is "
-                                                    "summed over this many micro-batches (less activation memory)")
+    micro_batches: int = Field(
+        1,
+        gt=0,
+        description="gradient accumulation: each minibatch's gradient is "
+        "summed over this many micro-batches (less activation memory)",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -355,7 +401,9 @@ class AlgorithmConfig(_Section):
         if (self.advantage == "gae") != (self.value.head != "none"):
             raise ValueError("advantage 'gae' and a value head (value.head 'shared' or 'separate') go together")
         if self.kl.in_reward and self.advantage not in registry("per-token advantage estimator"):
-            raise ValueError(f"kl.in_reward needs per-token returns: advantage 'reinforce_pp' or 'gae', not {self.advantage!r}")
+            raise ValueError(
+                f"kl.in_reward needs per-token returns: advantage 'reinforce_pp' or 'gae', not {self.advantage!r}"
+            )
         if self.norm_constant is not None and self.aggregation != "seq_mean_token_sum_norm":
             raise ValueError("norm_constant only applies to aggregation 'seq_mean_token_sum_norm'")
         return self
@@ -416,8 +464,11 @@ class RunConfig(_Section):
                 raise ValueError("both `task` and `problem` are set: `task` is the old name of `problem`; keep one")
             import warnings
 
-            warnings.warn("config key `task` is now `problem` (read as `problem` until spotrl 0.2)", DeprecationWarning,
-                          stacklevel=2)
+            warnings.warn(
+                "config key `task` is now `problem` (read as `problem` until spotrl 0.2)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
             data = {("problem" if k == "task" else k): v for k, v in data.items()}
         return data
 
@@ -430,16 +481,20 @@ class RunConfig(_Section):
                 f"(rollout.prompts_per_iteration * rollout.group_size = {batch})"
             )
         if (batch // self.algorithm.minibatches) % self.algorithm.micro_batches:
-            raise ValueError(f"algorithm.micro_batches ({self.algorithm.micro_batches}) must divide the minibatch "
-                             f"({batch // self.algorithm.minibatches} rows)")
+            raise ValueError(
+                f"algorithm.micro_batches ({self.algorithm.micro_batches}) must divide the minibatch "
+                f"({batch // self.algorithm.minibatches} rows)"
+            )
         if self.rollout.shards > self.rollout.prompts_per_iteration:
             raise ValueError(
                 f"rollout.shards ({self.rollout.shards}) > rollout.prompts_per_iteration "
                 f"({self.rollout.prompts_per_iteration}): a shard would have no prompts"
             )
         if self.weights.keep < self.rollout.max_staleness + 1:
-            raise ValueError(f"weights.keep ({self.weights.keep}) must be >= rollout.max_staleness + 1 "
-                             f"({self.rollout.max_staleness + 1}): stale rollouts need those versions")
+            raise ValueError(
+                f"weights.keep ({self.weights.keep}) must be >= rollout.max_staleness + 1 "
+                f"({self.rollout.max_staleness + 1}): stale rollouts need those versions"
+            )
         problem = registry("problem")[self.problem.name]
         if problem.check_config is not None:  # what only this problem needs (built-in prompts, sources)
             problem.check_config(self)

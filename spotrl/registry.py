@@ -12,7 +12,8 @@ registry of a kind without a provider (a test's, a plugin's) is an ordinary loca
 from __future__ import annotations
 
 import importlib
-from typing import Callable, Generic, TypeVar
+from collections.abc import Callable
+from typing import Generic, TypeVar
 
 T = TypeVar("T")
 
@@ -26,7 +27,7 @@ PROVIDERS: dict[str, str] = {
     "verifier": "spotrl.rewards.verifiers",
 }
 
-_PROVIDED: dict[str, "Registry"] = {}  # kind -> the registry its provider module made
+_PROVIDED: dict[str, Registry] = {}  # kind -> the registry its provider module made
 
 
 class Registry(Generic[T]):

@@ -42,6 +42,8 @@ def next_iteration_streams(seed: int, iteration: int, shards: int) -> dict:
     minibatch_state = derive_numpy_rng(seed, "minibatches", nxt).bit_generator.state["state"]
     return {
         "iteration": nxt,
-        "rollout": [np.asarray(jax.random.key_data(derive_key(seed, "rollout", nxt, s))).tolist() for s in range(shards)],
+        "rollout": [
+            np.asarray(jax.random.key_data(derive_key(seed, "rollout", nxt, s))).tolist() for s in range(shards)
+        ],
         "minibatches": {k: str(v) for k, v in minibatch_state.items()},
     }

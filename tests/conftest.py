@@ -26,11 +26,22 @@ from spotrl.configs import build_config  # noqa: E402
 # A run small enough to learn arithmetic in a few iterations: the algorithm presets and the Ray
 # fan-out train on it.
 LEARNING_OVERRIDES = [
-    "model.hidden_size=64", "model.intermediate_size=128", "model.num_layers=2",
-    "problem.min_digits=1", "problem.max_digits=2", "problem.train_size=32", "problem.eval_size=16",
-    "warmstart.check_prompts=32", "warmstart.batch_size=32",
-    "rollout.prompts_per_iteration=32", "rollout.group_size=8", "algorithm.minibatches=2",
-    "eval.n=4", "eval.k=2", "eval.prompts=16", "optimizer.learning_rate=1e-3",
+    "model.hidden_size=64",
+    "model.intermediate_size=128",
+    "model.num_layers=2",
+    "problem.min_digits=1",
+    "problem.max_digits=2",
+    "problem.train_size=32",
+    "problem.eval_size=16",
+    "warmstart.check_prompts=32",
+    "warmstart.batch_size=32",
+    "rollout.prompts_per_iteration=32",
+    "rollout.group_size=8",
+    "algorithm.minibatches=2",
+    "eval.n=4",
+    "eval.k=2",
+    "eval.prompts=16",
+    "optimizer.learning_rate=1e-3",
 ]
 
 TINY_OVERRIDES = [
@@ -100,9 +111,14 @@ class PrefectServer:
         home = base / "prefect-home"
         port = _free_port()
         self.url = f"http://127.0.0.1:{port}/api"
-        self.env = dict(os.environ, PREFECT_HOME=str(home), PREFECT_API_URL=self.url,
-                        PREFECT_API_DATABASE_CONNECTION_URL=f"sqlite+aiosqlite:///{home}/prefect.db",
-                        PREFECT_WORKER_QUERY_SECONDS="1", PREFECT_WORKER_PREFETCH_SECONDS="1")
+        self.env = dict(
+            os.environ,
+            PREFECT_HOME=str(home),
+            PREFECT_API_URL=self.url,
+            PREFECT_API_DATABASE_CONNECTION_URL=f"sqlite+aiosqlite:///{home}/prefect.db",
+            PREFECT_WORKER_QUERY_SECONDS="1",
+            PREFECT_WORKER_PREFETCH_SECONDS="1",
+        )
         self.env.pop("PREFECT_RESULTS_LOCAL_STORAGE_PATH", None)
         self.prefect = str(Path(sys.executable).parent / "prefect")
         self.api = httpx.Client(base_url=self.url, timeout=30, transport=_retry_unavailable_transport())
@@ -110,9 +126,16 @@ class PrefectServer:
         self._spawn("server", base, "server", "start", "--host", "127.0.0.1", "--port", str(port))
 
     def _spawn(self, name: str, cwd: Path, *args: str) -> None:
-        self._procs.append(subprocess.Popen([self.prefect, *args], env=self.env, cwd=cwd,
-                                            stdout=open(self.logs / f"{name}.log", "w"),
-                                            stderr=subprocess.STDOUT, start_new_session=True))
+        self._procs.append(
+            subprocess.Popen(
+                [self.prefect, *args],
+                env=self.env,
+                cwd=cwd,
+                stdout=open(self.logs / f"{name}.log", "w"),
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        )
 
     def start(self) -> "PrefectServer":
         import httpx
@@ -133,8 +156,9 @@ class PrefectServer:
         return self
 
     def cli(self, *args: str, timeout: float = 180, check: bool = True) -> subprocess.CompletedProcess:
-        out = subprocess.run([self.prefect, *args], env=self.env, cwd=self.root,
-                             capture_output=True, text=True, timeout=timeout)
+        out = subprocess.run(
+            [self.prefect, *args], env=self.env, cwd=self.root, capture_output=True, text=True, timeout=timeout
+        )
         if check and out.returncode != 0:
             raise RuntimeError(f"prefect {' '.join(args)} exited {out.returncode}:\n{out.stdout}{out.stderr}")
         return out
@@ -185,8 +209,11 @@ def gcs():
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     emulator = Path(sys.executable).with_name("gcp-storage-emulator")
-    process = subprocess.Popen([str(emulator), "start", "--port", str(port), "--in-memory"],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        [str(emulator), "start", "--port", str(port), "--in-memory"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     saved = {k: os.environ.get(k) for k in ("STORAGE_EMULATOR_HOST", "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT")}
     os.environ["STORAGE_EMULATOR_HOST"] = f"http://127.0.0.1:{port}"
     os.environ["GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"] = "false"  # else each gcsfs call waits out a gRPC timeout

@@ -1,12 +1,9 @@
-
 import pytest
 import yaml
 
-from spotrl.flows import rundir
 from spotrl.config import ConfigError, RunConfig, config_diff
 from spotrl.configs import PRESETS_DIR, build_config, load_config
-
-
+from spotrl.flows import rundir
 
 
 def test_tiny_preset_is_the_default():

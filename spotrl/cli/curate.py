@@ -15,7 +15,9 @@ def _pairs(values: list[str], flag: str, sep: str = "=") -> list[tuple[str, str]
     for value in values:
         key, ok, rest = value.partition(sep)
         if not ok or not key or not rest:
-            raise ValueError(f"{flag} {value!r}: expected {'SOURCE.COLUMN=FIELD' if flag == '--map' else 'SOURCE=VALUE'}")
+            raise ValueError(
+                f"{flag} {value!r}: expected {'SOURCE.COLUMN=FIELD' if flag == '--map' else 'SOURCE=VALUE'}"
+            )
         out.append((key, rest))
     return out
 
@@ -47,8 +49,14 @@ def build_specs(args):
         if name not in names:
             raise ValueError(f"no source named {name!r} (sources: {', '.join(sorted(names))})")
     spec = lambda name, path: SourceSpec(name, path, mappings[name], split=splits.get(name))  # noqa: E731
-    options = CurateOptions(seed=args.seed, ngram=args.ngram, eval_fraction=args.eval_fraction,
-                            eval_size=args.eval_size, total=args.total, weights=weights)
+    options = CurateOptions(
+        seed=args.seed,
+        ngram=args.ngram,
+        eval_fraction=args.eval_fraction,
+        eval_size=args.eval_size,
+        total=args.total,
+        weights=weights,
+    )
     return [spec(n, p) for n, p in named], [spec(n, p) for n, p in eval_named], options
 
 
@@ -70,17 +78,31 @@ def report(s: dict, out: str) -> str:
     lines = ["up to date (same inputs): nothing rewritten" if s.get("up_to_date") else f"curated -> {out}"]
     cols = ("read", "quarantined", "duplicates", "contaminated", "not_sampled", "train", "eval")
     rows = [("source",) + cols] + [(name,) + tuple(str(c[k]) for k in cols) for name, c in s["per_source"].items()]
-    rows.append(("total", str(s["read"]), str(s["quarantined"]), str(sum(s["duplicates"].values())),
-                 str(s["contaminated"]), str(s["not_sampled"]), str(s["train"]), str(s["eval"])))
+    rows.append(
+        (
+            "total",
+            str(s["read"]),
+            str(s["quarantined"]),
+            str(sum(s["duplicates"].values())),
+            str(s["contaminated"]),
+            str(s["not_sampled"]),
+            str(s["train"]),
+            str(s["eval"]),
+        )
+    )
     widths = [max(len(r[i]) for r in rows) for i in range(len(cols) + 1)]
-    lines += ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(r, widths)))
-              for r in rows]
+    lines += [
+        "  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(r, widths)))
+        for r in rows
+    ]
     lines.append(f"kept {s['kept']} of {s['read']} rows read: {s['train']} train, {s['eval']} eval")
     lines.append(f"duplicates: {s['duplicates']['exact']} exact, {s['duplicates']['normalised']} normalised")
     ev = s["eval_set"]
     if ev["files"]:
-        lines.append(f"contaminated: {s['contaminated']} ({ev['ngram']}-gram overlap with {ev['prompts']} held-out "
-                     f"prompts of {', '.join(ev['files'])})")
+        lines.append(
+            f"contaminated: {s['contaminated']} ({ev['ngram']}-gram overlap with {ev['prompts']} held-out "
+            f"prompts of {', '.join(ev['files'])})"
+        )
     else:
         lines.append("contaminated: not checked (no --eval set)")
     if s["quarantine_reasons"]:

@@ -14,21 +14,43 @@ DEFAULT_RUN_DIR = "runs/tiny"
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="spotrl", description="Preemptible RL for LLMs on JAX, orchestrated by Prefect.")
+    parser = argparse.ArgumentParser(
+        prog="spotrl", description="Preemptible RL for LLMs on JAX, orchestrated by Prefect."
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     train = sub.add_parser("train", help="train with RL as a local Prefect flow run (resumes an unfinished run)")
-    train.add_argument("--config", help="a shipped preset by name (e.g. qwen2.5-0.5b) or a YAML file (default: tiny, the commented base)")
-    train.add_argument("--run-dir", default=DEFAULT_RUN_DIR, help=f"run directory, local or gs://bucket/prefix (default: {DEFAULT_RUN_DIR})")
-    train.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                       help="override a config key, e.g. --set iterations=10 --set eval.k=4")
+    train.add_argument(
+        "--config",
+        help="a shipped preset by name (e.g. qwen2.5-0.5b) or a YAML file (default: tiny, the commented base)",
+    )
+    train.add_argument(
+        "--run-dir",
+        default=DEFAULT_RUN_DIR,
+        help=f"run directory, local or gs://bucket/prefix (default: {DEFAULT_RUN_DIR})",
+    )
+    train.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config key, e.g. --set iterations=10 --set eval.k=4",
+    )
     train.add_argument("--verbose", action="store_true", help="show Prefect's own task logs")
-    train.add_argument("--warm-start-from", metavar="RUN_DIR",
-                       help="start a new run from another run's warm start (same seed/model/task/warmstart settings); "
-                            "compare algorithms from one starting policy")
-    train.add_argument("--grace-seconds", type=float, default=25.0,
-                       help="on SIGTERM, how long the running stage may take to finish before the process exits "
-                            "(default 25; spot VMs get about 30 s of notice)")
+    train.add_argument(
+        "--warm-start-from",
+        metavar="RUN_DIR",
+        help="start a new run from another run's warm start (same seed/model/task/warmstart settings); "
+        "compare algorithms from one starting policy",
+    )
+    train.add_argument(
+        "--grace-seconds",
+        type=float,
+        default=25.0,
+        help="on SIGTERM, how long the running stage may take to finish before the process exits "
+        "(default 25; spot VMs get about 30 s of notice)",
+    )
 
     ev = sub.add_parser("eval", help="pass@1 and pass@k of the newest published weights")
     ev.add_argument("--run-dir", required=True)
@@ -39,25 +61,59 @@ def _parser() -> argparse.ArgumentParser:
 
     export = sub.add_parser("export", help="write the newest published weights as a Hugging Face checkpoint")
     export.add_argument("--run-dir", required=True)
-    export.add_argument("--out", required=True, help="output directory (local or fsspec URL); must not exist or be empty")
+    export.add_argument(
+        "--out", required=True, help="output directory (local or fsspec URL); must not exist or be empty"
+    )
     export.add_argument("--version", type=int, help="weight version (default: LATEST)")
     export.add_argument("--dtype", choices=["float32", "bfloat16"], help="tensor dtype (default: the model's)")
 
-    curate = sub.add_parser("curate", help="curate prompt datasets: schema, quarantine, dedup, decontamination, mixing, splits")
-    curate.add_argument("sources", nargs="+", metavar="SOURCE",
-                        help="[NAME=]PATH: .jsonl/.json/.parquet/.csv file or saved `datasets` directory, local or gs://")
+    curate = sub.add_parser(
+        "curate", help="curate prompt datasets: schema, quarantine, dedup, decontamination, mixing, splits"
+    )
+    curate.add_argument(
+        "sources",
+        nargs="+",
+        metavar="SOURCE",
+        help="[NAME=]PATH: .jsonl/.json/.parquet/.csv file or saved `datasets` directory, local or gs://",
+    )
     curate.add_argument("--out", required=True, help="output directory (train/eval parquet, manifest, quarantine)")
-    curate.add_argument("--eval", dest="eval_sources", action="append", default=[], metavar="FILE",
-                        help="held-out evaluation set to decontaminate against (repeatable)")
-    curate.add_argument("--map", dest="mappings", action="append", default=[], metavar="SOURCE.COL=FIELD",
-                        help="map a source column to id, prompt, answer or tests (e.g. gsm8k.question=prompt)")
-    curate.add_argument("--weight", dest="weights", action="append", default=[], metavar="SOURCE=W",
-                        help="mix sources by weight (default: keep every row)")
-    curate.add_argument("--split", dest="splits", action="append", default=[], metavar="SOURCE=SPLIT",
-                        help="split of a saved DatasetDict (default: train)")
+    curate.add_argument(
+        "--eval",
+        dest="eval_sources",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="held-out evaluation set to decontaminate against (repeatable)",
+    )
+    curate.add_argument(
+        "--map",
+        dest="mappings",
+        action="append",
+        default=[],
+        metavar="SOURCE.COL=FIELD",
+        help="map a source column to id, prompt, answer or tests (e.g. gsm8k.question=prompt)",
+    )
+    curate.add_argument(
+        "--weight",
+        dest="weights",
+        action="append",
+        default=[],
+        metavar="SOURCE=W",
+        help="mix sources by weight (default: keep every row)",
+    )
+    curate.add_argument(
+        "--split",
+        dest="splits",
+        action="append",
+        default=[],
+        metavar="SOURCE=SPLIT",
+        help="split of a saved DatasetDict (default: train)",
+    )
     curate.add_argument("--ngram", type=int, default=13, help="n-gram size for decontamination (default 13)")
     curate.add_argument("--seed", type=int, default=0)
-    curate.add_argument("--eval-fraction", type=float, default=0.05, help="share of rows in the eval split (default 0.05)")
+    curate.add_argument(
+        "--eval-fraction", type=float, default=0.05, help="share of rows in the eval split (default 0.05)"
+    )
     curate.add_argument("--eval-size", type=int, help="rows in the eval split (instead of --eval-fraction)")
     curate.add_argument("--total", type=int, help="rows after mixing (default: as many as the weights allow)")
     curate.add_argument("--force", action="store_true", help="curate again even if DIR is up to date")
@@ -65,23 +121,34 @@ def _parser() -> argparse.ArgumentParser:
 
     verify = sub.add_parser("verify", help="run one candidate through a verifier")
     verify_sub = verify.add_subparsers(dest="verifier", required=True)
-    vcode = verify_sub.add_parser("code", help="run a solution against assert tests in the sandbox; prints one JSON object")
+    vcode = verify_sub.add_parser(
+        "code", help="run a solution against assert tests in the sandbox; prints one JSON object"
+    )
     vcode.add_argument("--solution", required=True, help="Python file with the candidate")
     vcode.add_argument("--tests", required=True, help="Python file of assert statements, run after the solution")
     vcode.add_argument("--timeout", type=float, default=10.0, help="wall-clock limit in seconds (default 10)")
     vcode.add_argument("--cpu-seconds", type=int, default=5, help="CPU-time limit (default 5)")
     vcode.add_argument("--memory-mb", type=int, default=512, help="address-space limit (default 512)")
     vcode.add_argument("--retries", type=int, default=2, help="retries of a sandbox failure (default 2)")
-    vcode.add_argument("--allow-weak-isolation", action="store_true",
-                       help="run even without namespaces (rlimits and an audit hook only)")
+    vcode.add_argument(
+        "--allow-weak-isolation",
+        action="store_true",
+        help="run even without namespaces (rlimits and an audit hook only)",
+    )
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        return {"train": _train, "eval": _eval, "digest": _digest, "export": _export,
-                "curate": _curate, "verify": _verify}[args.command](args)
+        return {
+            "train": _train,
+            "eval": _eval,
+            "digest": _digest,
+            "export": _export,
+            "curate": _curate,
+            "verify": _verify,
+        }[args.command](args)
     except Exception as err:  # noqa: BLE001 - the CLI turns known errors into one clear line
         from spotrl.config import ConfigError
         from spotrl.flows.rundir import RunDirError
@@ -107,10 +174,9 @@ def _train(args) -> int:
         os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     from spotrl.flows import rundir
-    from spotrl.flows.train import train
-
     from spotrl.flows.local_server import local_api_server
     from spotrl.flows.preemption import EXIT_PREEMPTED, Preempted
+    from spotrl.flows.train import train
 
     if args.warm_start_from and not (as_path(args.run_dir) / "checkpoints").exists():
         from spotrl.flows.resume import seed_from_warm_start
@@ -136,11 +202,23 @@ def summary_table(result: dict) -> str:
 
     rows = [
         ("", "before RL", "after RL", "change"),
-        ("held-out pass@1", f"{before['pass_at_1']:.1%}", f"{after['pass_at_1']:.1%}", rel(before["pass_at_1"], after["pass_at_1"])),
-        (f"held-out pass@{k}", f"{before['pass_at_k']:.1%}", f"{after['pass_at_k']:.1%}", rel(before["pass_at_k"], after["pass_at_k"])),
+        (
+            "held-out pass@1",
+            f"{before['pass_at_1']:.1%}",
+            f"{after['pass_at_1']:.1%}",
+            rel(before["pass_at_1"], after["pass_at_1"]),
+        ),
+        (
+            f"held-out pass@{k}",
+            f"{before['pass_at_k']:.1%}",
+            f"{after['pass_at_k']:.1%}",
+            rel(before["pass_at_k"], after["pass_at_k"]),
+        ),
     ]
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
-    lines = ["  ".join(cell.rjust(w) if i else cell.ljust(w) for i, (cell, w) in enumerate(zip(r, widths))) for r in rows]
+    lines = [
+        "  ".join(cell.rjust(w) if i else cell.ljust(w) for i, (cell, w) in enumerate(zip(r, widths))) for r in rows
+    ]
     lines.append(f"time taken: {result['seconds']:.1f} s")
     lines.append(f"run directory: {result['run_dir']}")
     return "\n".join(lines)
@@ -159,8 +237,10 @@ def _eval(args) -> int:
     if args.json:
         print(json.dumps(result, sort_keys=True))
     else:
-        print(f"weights v{version}: pass@1 {result['pass_at_1']:.1%}  pass@{result['k']} {result['pass_at_k']:.1%}"
-              f"  ({result['prompts']} held-out prompts, n={result['n']})")
+        print(
+            f"weights v{version}: pass@1 {result['pass_at_1']:.1%}  pass@{result['k']} {result['pass_at_k']:.1%}"
+            f"  ({result['prompts']} held-out prompts, n={result['n']})"
+        )
     return 0
 
 
@@ -176,10 +256,10 @@ def _export(args) -> int:
     from flax import nnx
 
     from spotrl.flows import rundir
-    from spotrl.model.hf.export import export_checkpoint
-    from spotrl.problems import get_problem
     from spotrl.model.hf.config import CheckpointError
+    from spotrl.model.hf.export import export_checkpoint
     from spotrl.model.policy import abstract_model
+    from spotrl.problems import get_problem
     from spotrl.storage.weights import WeightStore
 
     config = rundir.read_config(args.run_dir)
@@ -187,7 +267,11 @@ def _export(args) -> int:
     version = store.resolve(args.version)
     params = store.load(version, nnx.to_pure_dict(abstract_model(config.model)[1]))
     # a run from a checkpoint keeps its tokenizer files; the built-in model gets the character tokenizer's
-    tokenizer = {"tokenizer_from": config.model.path} if config.model.path else {"tokenizer": get_problem(config.problem.name).tokenizer()}
+    tokenizer = (
+        {"tokenizer_from": config.model.path}
+        if config.model.path
+        else {"tokenizer": get_problem(config.problem.name).tokenizer()}
+    )
     try:
         out = export_checkpoint(params, config.model, args.out, dtype=args.dtype, **tokenizer)
     except (CheckpointError, FileExistsError, ValueError) as err:

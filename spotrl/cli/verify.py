@@ -30,8 +30,18 @@ def run_code(args) -> int:
     try:
         result = sandbox.run(solution, plan).to_json()
     except SandboxError as err:
-        print(json.dumps({"reward": None, "status": "error", "detail": str(err), "attempts": err.attempts,
-                          "tests_total": plan.tests_total}, sort_keys=True))
+        print(
+            json.dumps(
+                {
+                    "reward": None,
+                    "status": "error",
+                    "detail": str(err),
+                    "attempts": err.attempts,
+                    "tests_total": plan.tests_total,
+                },
+                sort_keys=True,
+            )
+        )
         return 3
     result["stdout"], result["stderr"] = result["stdout"][-TAIL:], result["stderr"][-TAIL:]
     print(json.dumps(result, sort_keys=True))

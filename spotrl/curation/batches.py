@@ -31,8 +31,9 @@ def _permutation(seed: int, epoch: int, size: int) -> np.ndarray:
     return derive_numpy_rng(seed, "data-order", epoch).permutation(size)
 
 
-def rollout_rows(seed: int, iteration: int, generation_round: int, pool: np.ndarray, prompts: int, shards: int,
-                 shard: int) -> np.ndarray:
+def rollout_rows(
+    seed: int, iteration: int, generation_round: int, pool: np.ndarray, prompts: int, shards: int, shard: int
+) -> np.ndarray:
     """The rows of `pool` (training row indices) that shard `shard` of a rollout round samples.
 
     Round 0 takes the iteration's `prompts` in the seeded data order (batch_indices); rounds >= 1

@@ -29,8 +29,10 @@ def resolve_mapping(raw: RawSource) -> dict[str, str]:
     fields: dict[str, str] = {}
     for column, target in raw.spec.mapping.items():
         if target not in MAPPABLE:
-            raise SourceError(f"source {name!r}: cannot map {column!r} to {target!r}; the fields are {', '.join(MAPPABLE)} "
-                              "(other columns go to metadata by themselves)")
+            raise SourceError(
+                f"source {name!r}: cannot map {column!r} to {target!r}; the fields are {', '.join(MAPPABLE)} "
+                "(other columns go to metadata by themselves)"
+            )
         if column not in columns:
             raise SourceError(f"source {name!r} has no column {column!r} (columns: {', '.join(columns) or 'none'})")
         if target in fields:
@@ -40,11 +42,15 @@ def resolve_mapping(raw: RawSource) -> dict[str, str]:
         if target not in fields and target in columns and target not in raw.spec.mapping:
             fields[target] = target
     if "prompt" not in fields and raw.records:
-        raise SourceError(f"source {name!r} has no prompt column; map one with --map {name}.COLUMN=prompt "
-                          f"(columns: {', '.join(columns)})")
+        raise SourceError(
+            f"source {name!r} has no prompt column; map one with --map {name}.COLUMN=prompt "
+            f"(columns: {', '.join(columns)})"
+        )
     if "answer" not in fields and "tests" not in fields and raw.records:
-        raise SourceError(f"source {name!r} has neither an answer nor a tests column; map one with "
-                          f"--map {name}.COLUMN=answer or =tests (columns: {', '.join(columns)})")
+        raise SourceError(
+            f"source {name!r} has neither an answer nor a tests column; map one with "
+            f"--map {name}.COLUMN=answer or =tests (columns: {', '.join(columns)})"
+        )
     return fields
 
 
@@ -70,8 +76,9 @@ def _json(value) -> str:
     return json.dumps(value, default=str, sort_keys=True, ensure_ascii=False)
 
 
-def canonicalize(raw: RawSource, require: str | None = None,
-                 alphabet: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, int]]:
+def canonicalize(
+    raw: RawSource, require: str | None = None, alphabet: str | None = None
+) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, int]]:
     """(valid canonical rows, quarantined rows, {problem kind: rows}) of one source.
 
     For the run's problem (`spotrl.problems.Problem`): `require` names the field its verifier needs
@@ -82,14 +89,16 @@ def canonicalize(raw: RawSource, require: str | None = None,
     rows, index = [], []
     for row, record in raw.records:
         source_id = _text(record.get(fields["id"])) if "id" in fields else str(row)
-        rows.append({
-            "id": f"{spec.name}/{source_id}" if isinstance(source_id, str) and source_id.strip() else source_id,
-            "prompt": _text(record.get(fields["prompt"])),
-            "answer": _text(record.get(fields["answer"])) if "answer" in fields else None,
-            "tests": _tests(record.get(fields["tests"])) if "tests" in fields else None,
-            "source": spec.name,
-            "metadata": _json({k: v for k, v in record.items() if k not in used}),
-        })
+        rows.append(
+            {
+                "id": f"{spec.name}/{source_id}" if isinstance(source_id, str) and source_id.strip() else source_id,
+                "prompt": _text(record.get(fields["prompt"])),
+                "answer": _text(record.get(fields["answer"])) if "answer" in fields else None,
+                "tests": _tests(record.get(fields["tests"])) if "tests" in fields else None,
+                "source": spec.name,
+                "metadata": _json({k: v for k, v in record.items() if k not in used}),
+            }
+        )
         index.append(row)
     frame = pd.DataFrame({c: pd.Series([r[c] for r in rows], dtype=object, index=index) for c in CANONICAL_COLUMNS})
     problems: dict[int, dict[str, str]] = {}
@@ -111,11 +120,20 @@ def canonicalize(raw: RawSource, require: str | None = None,
         for field, problem in issues.items():
             kind = problem.split(" (")[0] if field == "*" else f"{field}: {problem.split(' (')[0]}"
             kinds[kind] = kinds.get(kind, 0) + 1
-        reason = "; ".join(problem if field == "*" else f"field {field!r}: {problem}" for field, problem in issues.items())
+        reason = "; ".join(
+            problem if field == "*" else f"field {field!r}: {problem}" for field, problem in issues.items()
+        )
         record = _json(records[row]) if row in records else raw_text.get(row)
         record = record[:MAX_RECORD_CHARS] if record is not None else None
-        bad.append({"source": spec.name, "row": row, "fields": ",".join(f for f in issues if f != "*"),
-                    "reason": f"row {row}: {reason}", "record": record})
+        bad.append(
+            {
+                "source": spec.name,
+                "row": row,
+                "fields": ",".join(f for f in issues if f != "*"),
+                "reason": f"row {row}: {reason}",
+                "record": record,
+            }
+        )
     good = frame.drop(index=[r for r in problems if r in frame.index]).reset_index(drop=True)
     quarantine = pd.DataFrame(bad, columns=list(QUARANTINE_COLUMNS))
     return good, quarantine, kinds

@@ -18,10 +18,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from spotrl.storage.paths import as_path
 from spotrl.curation.difficulty import estimate_pass_rates, load_estimates, save_estimates, select_informative
 from spotrl.rng import derive_numpy_rng
 from spotrl.storage.parquet import read_frame
+from spotrl.storage.paths import as_path
 
 
 def estimate_iteration(iteration: int, every: int) -> int:
@@ -41,8 +41,9 @@ def estimated_rows(train: pd.DataFrame, seed: int, prompts: int | None) -> pd.Da
     return train.iloc[chosen]
 
 
-def estimate(path: Path, rows: pd.DataFrame, make_sampler, samples: int, version: int,
-             batch_size: int) -> tuple[pd.DataFrame, str]:
+def estimate(
+    path: Path, rows: pd.DataFrame, make_sampler, samples: int, version: int, batch_size: int
+) -> tuple[pd.DataFrame, str]:
     """(estimates, file sha256). An estimate already on disk (written before a kill) is reused: it is
     the one this call would make, and the weights it was made with may be gone. `make_sampler()`
     returns the `sample_rewards` callable; it is only called when an estimate has to be made."""
@@ -63,22 +64,37 @@ def _sha256(path: Path) -> str:
     return sha256_file(path)
 
 
-def stream_pool(train_ids, estimates: pd.DataFrame, drop_never: bool, drop_always: bool,
-                min_rows: int) -> tuple[np.ndarray, dict]:
+def stream_pool(
+    train_ids, estimates: pd.DataFrame, drop_never: bool, drop_always: bool, min_rows: int
+) -> tuple[np.ndarray, dict]:
     """(indices of the training rows the prompt stream draws from, counts)."""
     rows = pd.DataFrame({"id": list(train_ids), "row": np.arange(len(train_ids))})
-    kept, counts = select_informative(rows, estimates, low=0.0 if drop_never else -1.0,
-                                      high=1.0 if drop_always else 2.0)
-    counts = {"estimated": len(estimates), "never_solved": counts["never"], "always_solved": counts["always"],
-              "stream_rows": len(kept)}
+    kept, counts = select_informative(
+        rows, estimates, low=0.0 if drop_never else -1.0, high=1.0 if drop_always else 2.0
+    )
+    counts = {
+        "estimated": len(estimates),
+        "never_solved": counts["never"],
+        "always_solved": counts["always"],
+        "stream_rows": len(kept),
+    }
     if len(kept) < min_rows:
         counts.update(stream_rows=len(rows), filter_skipped=True)
         return np.arange(len(rows)), counts
     return kept["row"].to_numpy(np.int64), counts
 
 
-def estimate_for_iteration(run_dir, train: pd.DataFrame, iteration: int, version: int, make_sampler, cfg,
-                           seed: int, batch_size: int, min_rows: int) -> dict:
+def estimate_for_iteration(
+    run_dir,
+    train: pd.DataFrame,
+    iteration: int,
+    version: int,
+    make_sampler,
+    cfg,
+    seed: int,
+    batch_size: int,
+    min_rows: int,
+) -> dict:
     """Estimate (or find) the pass rates that filter the stream from `iteration` on, sampling
     `batch_size` prompts at a time; returns the reference the rollouts take: file, sha256, versions
     and the stream's counts."""

@@ -23,7 +23,7 @@ def words(text: str) -> tuple[str, ...]:
 
 
 def _grams(tokens: tuple[str, ...], n: int):
-    return (tokens[i:i + n] for i in range(len(tokens) - n + 1))
+    return (tokens[i : i + n] for i in range(len(tokens) - n + 1))
 
 
 class NgramIndex:
@@ -66,7 +66,9 @@ class NgramIndex:
         return " ".join(tokens) if tokens in self._grams_of_length(len(tokens)) else None
 
 
-def decontaminate(frame: pd.DataFrame, index: NgramIndex, reason: str = "contaminated") -> tuple[pd.DataFrame, pd.DataFrame]:
+def decontaminate(
+    frame: pd.DataFrame, index: NgramIndex, reason: str = "contaminated"
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(rows kept, rows removed with the overlapping words as detail)."""
     keep, removed = [], []
     for i, (row_id, prompt, source) in enumerate(zip(frame["id"], frame["prompt"], frame["source"])):

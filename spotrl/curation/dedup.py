@@ -41,4 +41,3 @@ def drop_duplicates(frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, di
         first_norm[key] = row_id
         keep.append(i)
     return frame.iloc[keep].reset_index(drop=True), pd.DataFrame(removed, columns=REMOVED_COLUMNS), counts
-

@@ -15,27 +15,39 @@ estimate of a prompt, and pools the samples of two estimates made with the same 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import pandas as pd
 
-from spotrl.storage.paths import as_path
 from spotrl.storage.parquet import read_frame, write_frame
+from spotrl.storage.paths import as_path
 
 ESTIMATE_COLUMNS = ["id", "samples", "successes", "pass_rate", "version"]
 SampleRewards = Callable[[pd.DataFrame, int], np.ndarray]
 
 
 def empty_estimates() -> pd.DataFrame:
-    return pd.DataFrame({"id": pd.Series([], dtype=object), "samples": pd.Series([], dtype=np.int64),
-                         "successes": pd.Series([], dtype=np.int64), "pass_rate": pd.Series([], dtype=np.float64),
-                         "version": pd.Series([], dtype=np.int64)})
+    return pd.DataFrame(
+        {
+            "id": pd.Series([], dtype=object),
+            "samples": pd.Series([], dtype=np.int64),
+            "successes": pd.Series([], dtype=np.int64),
+            "pass_rate": pd.Series([], dtype=np.float64),
+            "version": pd.Series([], dtype=np.int64),
+        }
+    )
 
 
-def estimate_pass_rates(rows: pd.DataFrame, sample_rewards: SampleRewards, n: int, version: int,
-                        success_threshold: float = 1.0, batch_size: int | None = None) -> pd.DataFrame:
+def estimate_pass_rates(
+    rows: pd.DataFrame,
+    sample_rewards: SampleRewards,
+    n: int,
+    version: int,
+    success_threshold: float = 1.0,
+    batch_size: int | None = None,
+) -> pd.DataFrame:
     """Pass rate of each row's prompt: the fraction of `n` samples whose reward >= `success_threshold`."""
     if n < 1:
         raise ValueError(f"need at least one sample per prompt, got n={n}")
@@ -44,15 +56,21 @@ def estimate_pass_rates(rows: pd.DataFrame, sample_rewards: SampleRewards, n: in
     batch_size = batch_size or len(rows)
     parts = []
     for start in range(0, len(rows), batch_size):
-        chunk = rows.iloc[start:start + batch_size]
+        chunk = rows.iloc[start : start + batch_size]
         rewards = np.asarray(sample_rewards(chunk, n), dtype=np.float64)
         if rewards.shape != (len(chunk), n):
             raise ValueError(f"sample_rewards returned shape {rewards.shape}, expected {(len(chunk), n)}")
         parts.append((rewards >= success_threshold).sum(axis=1))
     successes = np.concatenate(parts).astype(np.int64)
-    return pd.DataFrame({"id": rows["id"].astype(object).to_numpy(), "samples": np.full(len(rows), n, np.int64),
-                         "successes": successes, "pass_rate": successes / n,
-                         "version": np.full(len(rows), version, np.int64)})[ESTIMATE_COLUMNS]
+    return pd.DataFrame(
+        {
+            "id": rows["id"].astype(object).to_numpy(),
+            "samples": np.full(len(rows), n, np.int64),
+            "successes": successes,
+            "pass_rate": successes / n,
+            "version": np.full(len(rows), version, np.int64),
+        }
+    )[ESTIMATE_COLUMNS]
 
 
 def merge_estimates(old: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:
@@ -74,15 +92,23 @@ def needs_estimate(rows: pd.DataFrame, estimates: pd.DataFrame, version: int, ma
     return rows[np.array(stale, dtype=bool)]
 
 
-def reestimate(rows: pd.DataFrame, estimates: pd.DataFrame, sample_rewards: SampleRewards, n: int, version: int,
-               max_age: int = 0, **kw) -> pd.DataFrame:
+def reestimate(
+    rows: pd.DataFrame,
+    estimates: pd.DataFrame,
+    sample_rewards: SampleRewards,
+    n: int,
+    version: int,
+    max_age: int = 0,
+    **kw,
+) -> pd.DataFrame:
     """`estimates` with the stale rows (see `needs_estimate`) estimated again at `version`."""
     todo = needs_estimate(rows, estimates, version, max_age)
     return merge_estimates(estimates, estimate_pass_rates(todo, sample_rewards, n, version, **kw))
 
 
-def select_informative(rows: pd.DataFrame, estimates: pd.DataFrame, low: float = 0.0,
-                       high: float = 1.0) -> tuple[pd.DataFrame, dict[str, int]]:
+def select_informative(
+    rows: pd.DataFrame, estimates: pd.DataFrame, low: float = 0.0, high: float = 1.0
+) -> tuple[pd.DataFrame, dict[str, int]]:
     """(rows whose pass rate is strictly between `low` and `high`, or not yet estimated;
     {"never": ..., "always": ..., "unestimated": ...}). The defaults drop exactly the prompts never
     solved (rate 0) and always solved (rate 1)."""

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from spotrl.storage.paths import as_path
 from spotrl.curation.schema import CANONICAL_COLUMNS
 from spotrl.storage.atomic import atomic_write_json
 from spotrl.storage.parquet import CorruptFileError, read_frame, write_frame
+from spotrl.storage.paths import as_path
 
 FORMAT = "spotrl.curated/1"
 CURATION_VERSION = 1  # bump when the same inputs would now curate differently
@@ -43,9 +43,14 @@ def canonical_columns(frame: pd.DataFrame) -> Sequence[str]:
     return CANONICAL_COLUMNS
 
 
-def write_dataset(root: str | Path, splits: dict[str, pd.DataFrame], columns: Callable[[pd.DataFrame], Sequence[str]],
-                  fields: dict | None = None, files: dict[str, pd.DataFrame] | None = None,
-                  summary: dict | None = None) -> dict:
+def write_dataset(
+    root: str | Path,
+    splits: dict[str, pd.DataFrame],
+    columns: Callable[[pd.DataFrame], Sequence[str]],
+    fields: dict | None = None,
+    files: dict[str, pd.DataFrame] | None = None,
+    summary: dict | None = None,
+) -> dict:
     """Write each split as NAME.parquet, each of `files` as NAME.parquet, then manifest.json (the
     commit marker): `fields`, per split its rows and `rows_sha256` over `columns(frame)`, `sha256`
     over the splits' entries (the dataset's content hash), per file its rows and file sha256, and
@@ -65,17 +70,32 @@ def write_dataset(root: str | Path, splits: dict[str, pd.DataFrame], columns: Ca
 
 
 def inputs_hash(sources: list[dict], eval_sources: list[dict], options: dict) -> str:
-    blob = json.dumps({"version": CURATION_VERSION, "sources": sources, "eval": eval_sources, "options": options},
-                      sort_keys=True, default=str)
+    blob = json.dumps(
+        {"version": CURATION_VERSION, "sources": sources, "eval": eval_sources, "options": options},
+        sort_keys=True,
+        default=str,
+    )
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def write_curated(out: str | Path, splits: dict[str, pd.DataFrame], quarantine: pd.DataFrame,
-                  removed: pd.DataFrame, summary: dict, inputs: dict, inputs_sha256: str) -> dict:
+def write_curated(
+    out: str | Path,
+    splits: dict[str, pd.DataFrame],
+    quarantine: pd.DataFrame,
+    removed: pd.DataFrame,
+    summary: dict,
+    inputs: dict,
+    inputs_sha256: str,
+) -> dict:
     splits = {name: frame[list(CANONICAL_COLUMNS)].astype(object) for name, frame in splits.items()}
-    return write_dataset(out, splits, canonical_columns,
-                         fields={"format": FORMAT, "inputs_sha256": inputs_sha256, "inputs": inputs},
-                         files={"quarantine": quarantine, "removed": removed}, summary=summary)
+    return write_dataset(
+        out,
+        splits,
+        canonical_columns,
+        fields={"format": FORMAT, "inputs_sha256": inputs_sha256, "inputs": inputs},
+        files={"quarantine": quarantine, "removed": removed},
+        summary=summary,
+    )
 
 
 def read_manifest(out: str | Path) -> dict | None:

@@ -18,8 +18,6 @@ import pandas as pd
 from spotrl.rng import derive_numpy_rng
 
 
-
-
 def allocate(sizes: dict[str, int], weights: dict[str, float], total: int | None = None) -> dict[str, int]:
     """Rows per source for `weights` (a source without weight gets 0)."""
     unknown = sorted(set(weights) - set(sizes))
@@ -35,8 +33,10 @@ def allocate(sizes: dict[str, int], weights: dict[str, float], total: int | None
     if total is None:
         total = most
     if total > most:
-        raise ValueError(f"a total of {total} rows at these weights needs more rows than some source has "
-                         f"(sizes {sizes}); at most {most}")
+        raise ValueError(
+            f"a total of {total} rows at these weights needs more rows than some source has "
+            f"(sizes {sizes}); at most {most}"
+        )
     exact = {n: total * share[n] for n in sizes}
     counts = {n: math.floor(exact[n]) for n in sizes}
     left = total - sum(counts.values())
@@ -45,8 +45,9 @@ def allocate(sizes: dict[str, int], weights: dict[str, float], total: int | None
     return counts
 
 
-def mix(frames: dict[str, pd.DataFrame], weights: dict[str, float] | None, seed: int,
-        total: int | None = None) -> tuple[pd.DataFrame, dict[str, int]]:
+def mix(
+    frames: dict[str, pd.DataFrame], weights: dict[str, float] | None, seed: int, total: int | None = None
+) -> tuple[pd.DataFrame, dict[str, int]]:
     """(the mixed rows, rows taken per source); with neither weights nor total, every row."""
     sizes = {name: len(frame) for name, frame in frames.items()}
     if not weights and total is None:

@@ -41,8 +41,13 @@ class CurateOptions:
     alphabet: str | None = None  # the characters its tokenizer encodes; rows with others are quarantined
 
 
-def curate(sources: list[SourceSpec], out: str | Path, eval_sources: list[SourceSpec] = (),
-           options: CurateOptions = CurateOptions(), force: bool = False) -> dict:
+def curate(
+    sources: list[SourceSpec],
+    out: str | Path,
+    eval_sources: list[SourceSpec] = (),
+    options: CurateOptions = CurateOptions(),
+    force: bool = False,
+) -> dict:
     names = [s.name for s in sources] + [s.name for s in eval_sources]
     if len(set(names)) != len(names):
         raise SourceError(f"source names must be distinct: {names} (name them with NAME=PATH)")
@@ -100,17 +105,29 @@ def curate(sources: list[SourceSpec], out: str | Path, eval_sources: list[Source
         "train": len(train),
         "eval": len(held_out),
         "per_source": per_source,
-        "eval_set": {"prompts": len(eval_prompts), "quarantined": eval_quarantined, "ngram": options.ngram,
-                     "files": [s.path for s in eval_sources]},
+        "eval_set": {
+            "prompts": len(eval_prompts),
+            "quarantined": eval_quarantined,
+            "ngram": options.ngram,
+            "files": [s.path for s in eval_sources],
+        },
         "inputs_sha256": inputs_sha256,
     }
-    manifest = mf.write_curated(out, {"train": train[list(CANONICAL_COLUMNS)], "eval": held_out[list(CANONICAL_COLUMNS)]},
-                                quarantine, removed, summary, inputs, inputs_sha256)
+    manifest = mf.write_curated(
+        out,
+        {"train": train[list(CANONICAL_COLUMNS)], "eval": held_out[list(CANONICAL_COLUMNS)]},
+        quarantine,
+        removed,
+        summary,
+        inputs,
+        inputs_sha256,
+    )
     return {**manifest["summary"], "up_to_date": False}
 
 
-def inputs_sha256(sources: list[SourceSpec], eval_sources: list[SourceSpec] = (),
-                  options: CurateOptions = CurateOptions()) -> str:
+def inputs_sha256(
+    sources: list[SourceSpec], eval_sources: list[SourceSpec] = (), options: CurateOptions = CurateOptions()
+) -> str:
     """The hash `curate` records as `inputs_sha256` (source contents, mappings, options): what a
     Prefect task caches curation on, so it re-runs only when an input changed."""
     return _inputs([read_source(s) for s in sources], [read_source(s) for s in eval_sources], options)[1]
@@ -118,8 +135,11 @@ def inputs_sha256(sources: list[SourceSpec], eval_sources: list[SourceSpec] = ()
 
 def _inputs(raws, eval_raws, options: CurateOptions) -> tuple[dict, str]:
     describe = lambda raw: {**raw.spec.describe(), "format": raw.format, "sha256": raw.sha256}  # noqa: E731
-    inputs = {"sources": [describe(r) for r in raws], "eval": [describe(r) for r in eval_raws],
-              "options": asdict(options)}
+    inputs = {
+        "sources": [describe(r) for r in raws],
+        "eval": [describe(r) for r in eval_raws],
+        "options": asdict(options),
+    }
     return inputs, mf.inputs_hash(inputs["sources"], inputs["eval"], inputs["options"])
 
 

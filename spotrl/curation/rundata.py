@@ -15,14 +15,15 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
-from spotrl.storage.paths import as_path
-from spotrl.problems import get_problem
 from spotrl.curation.manifest import load_curated
-from spotrl.curation.pipeline import CurateOptions, curate, inputs_sha256 as pipeline_inputs_sha256
+from spotrl.curation.pipeline import CurateOptions, curate
+from spotrl.curation.pipeline import inputs_sha256 as pipeline_inputs_sha256
 from spotrl.curation.schema import to_dataset
 from spotrl.curation.sources import SourceError, SourceSpec
 from spotrl.curation.store import SPLITS, save_splits
+from spotrl.problems import get_problem
 from spotrl.storage.parquet import read_frame, write_frame
+from spotrl.storage.paths import as_path
 
 
 class CurationError(ValueError):
@@ -39,8 +40,15 @@ def curate_options(config) -> CurateOptions:
     weights = {s.name: s.weight for s in c.sources if s.weight is not None}
     if weights:  # a source without a weight among weighted ones contributes nothing: say so by 0
         weights = {s.name: weights.get(s.name, 0.0) for s in c.sources}
-    return CurateOptions(seed=config.seed, ngram=c.ngram, eval_size=config.problem.eval_size, total=c.total,
-                         weights=weights, require=problem.reference_field, alphabet=problem.alphabet)
+    return CurateOptions(
+        seed=config.seed,
+        ngram=c.ngram,
+        eval_size=config.problem.eval_size,
+        total=c.total,
+        weights=weights,
+        require=problem.reference_field,
+        alphabet=problem.alphabet,
+    )
 
 
 def inputs_sha256(config) -> str | None:
@@ -74,8 +82,11 @@ def prepare(config, run_dir: str | Path) -> dict:
     run_dir = as_path(run_dir)
     if not config.curation.sources:
         manifest = save_splits(run_dir / "data", builtin_splits(config.problem, config.seed))
-        return {"uri": str(run_dir / "data"), "sha256": manifest["sha256"],
-                "rows": {k: v["rows"] for k, v in manifest["splits"].items()}}
+        return {
+            "uri": str(run_dir / "data"),
+            "sha256": manifest["sha256"],
+            "rows": {k: v["rows"] for k, v in manifest["splits"].items()},
+        }
 
     sources, eval_sources = source_specs(config.curation)
     out = run_dir / "curation"
@@ -84,18 +95,26 @@ def prepare(config, run_dir: str | Path) -> dict:
     except ValueError as err:
         if isinstance(err, SourceError):
             raise
-        raise CurationError(f"curation.sources: {err} (the held-out split takes problem.eval_size = "
-                            f"{config.problem.eval_size} rows)") from None
+        raise CurationError(
+            f"curation.sources: {err} (the held-out split takes problem.eval_size = {config.problem.eval_size} rows)"
+        ) from None
     write_frame(run_dir / "quarantine.parquet", read_frame(out / "quarantine.parquet"))
     if summary["train"] == 0:
-        raise CurationError(f"curation.sources kept no training rows of {summary['read']} read "
-                            f"({summary['quarantined']} quarantined, see {run_dir / 'quarantine.parquet'})")
+        raise CurationError(
+            f"curation.sources kept no training rows of {summary['read']} read "
+            f"({summary['quarantined']} quarantined, see {run_dir / 'quarantine.parquet'})"
+        )
     problem = get_problem(config.problem.name)
-    splits = {name: to_dataset(problem.run_rows(load_curated(out, name)), f"{out / name}.parquet")
-              for name in SPLITS}
+    splits = {name: to_dataset(problem.run_rows(load_curated(out, name)), f"{out / name}.parquet") for name in SPLITS}
     manifest = save_splits(run_dir / "data", splits)
-    counts = {k: summary[k] for k in ("read", "quarantined", "duplicates", "contaminated", "not_sampled", "train", "eval")}
-    return {"uri": str(run_dir / "data"), "sha256": manifest["sha256"],
-            "rows": {k: v["rows"] for k, v in manifest["splits"].items()},
-            "inputs_sha256": summary["inputs_sha256"], "curation": counts,
-            "quarantine_reasons": summary["quarantine_reasons"]}
+    counts = {
+        k: summary[k] for k in ("read", "quarantined", "duplicates", "contaminated", "not_sampled", "train", "eval")
+    }
+    return {
+        "uri": str(run_dir / "data"),
+        "sha256": manifest["sha256"],
+        "rows": {k: v["rows"] for k, v in manifest["splits"].items()},
+        "inputs_sha256": summary["inputs_sha256"],
+        "curation": counts,
+        "quarantine_reasons": summary["quarantine_reasons"],
+    }

@@ -89,18 +89,27 @@ def _json_object(values: pd.Series) -> pd.Series:
 NONEMPTY = "empty or not text"
 CANONICAL_SCHEMA = pa.DataFrameSchema(
     {
-        "id": pa.Column(None, checks=pa.Check(_present, error=NONEMPTY), unique=True, report_duplicates="exclude_first"),
+        "id": pa.Column(
+            None, checks=pa.Check(_present, error=NONEMPTY), unique=True, report_duplicates="exclude_first"
+        ),
         "prompt": pa.Column(None, checks=pa.Check(_present, error=NONEMPTY)),
         "answer": pa.Column(None, nullable=True, checks=pa.Check(_present, error=NONEMPTY)),
-        "tests": pa.Column(None, nullable=True, checks=[
-            pa.Check(_present, error=NONEMPTY),
-            pa.Check(_tests_parse, error="not Python with an assert statement"),
-        ]),
+        "tests": pa.Column(
+            None,
+            nullable=True,
+            checks=[
+                pa.Check(_present, error=NONEMPTY),
+                pa.Check(_tests_parse, error="not Python with an assert statement"),
+            ],
+        ),
         "source": pa.Column(None, checks=pa.Check(_present, error=NONEMPTY)),
         "metadata": pa.Column(None, checks=pa.Check(_json_object, error="not a JSON object")),
     },
-    checks=[pa.Check(lambda df: _present(df["answer"]) | _present(df["tests"]),
-                     error="missing (a row needs an answer or tests)")],
+    checks=[
+        pa.Check(
+            lambda df: _present(df["answer"]) | _present(df["tests"]), error="missing (a row needs an answer or tests)"
+        )
+    ],
     strict=True,
     coerce=False,
 )
@@ -114,7 +123,8 @@ def canonical_failures(frame: pd.DataFrame) -> list[tuple[object, str, str, obje
     except pa.errors.SchemaErrors as err:
         out = []
         for ctx, col, check, value, index in err.failure_cases[
-                ["schema_context", "column", "check", "failure_case", "index"]].itertuples(index=False):
+            ["schema_context", "column", "check", "failure_case", "index"]
+        ].itertuples(index=False):
             if ctx == "DataFrameSchema" and check not in ("column_in_schema", "column_in_dataframe"):
                 col = "answer/tests"
             elif check == "field_uniqueness":

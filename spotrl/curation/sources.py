@@ -22,8 +22,14 @@ import fsspec
 from fsspec.utils import infer_compression
 
 FORMATS = ("jsonl", "json", "parquet", "csv", "datasets")
-_EXTENSIONS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".parquet": "parquet", ".pq": "parquet",
-               ".csv": "csv"}
+_EXTENSIONS = {
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+    ".json": "json",
+    ".parquet": "parquet",
+    ".pq": "parquet",
+    ".csv": "csv",
+}
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 
 
@@ -41,8 +47,13 @@ class SourceSpec:
     storage_options: dict = field(default_factory=dict)
 
     def describe(self) -> dict:
-        return {"name": self.name, "path": self.path, "mapping": dict(sorted(self.mapping.items())),
-                "format": self.format, "split": self.split}
+        return {
+            "name": self.name,
+            "path": self.path,
+            "mapping": dict(sorted(self.mapping.items())),
+            "format": self.format,
+            "split": self.split,
+        }
 
 
 @dataclass
@@ -92,8 +103,10 @@ def read_source(spec: SourceSpec) -> RawSource:
         raise SourceError(f"source {spec.name!r}: cannot reach {spec.path}: {type(err).__name__}: {err}") from None
     fmt = spec.format or ("datasets" if is_dir else _format_of(root))
     if fmt not in FORMATS:
-        raise SourceError(f"source {spec.name!r}: unknown format {fmt!r} for {spec.path} (known: {', '.join(FORMATS)}; "
-                          "name the file .jsonl, .json, .parquet or .csv, or pass a saved datasets directory)")
+        raise SourceError(
+            f"source {spec.name!r}: unknown format {fmt!r} for {spec.path} (known: {', '.join(FORMATS)}; "
+            "name the file .jsonl, .json, .parquet or .csv, or pass a saved datasets directory)"
+        )
     if fmt == "datasets":
         return _read_datasets(spec, fs, root)
     with fs.open(root, "rb", compression=infer_compression(root)) as f:
@@ -133,7 +146,9 @@ def _jsonl(spec: SourceSpec, data: bytes):
             errors.append((row, "*", f"line is not valid JSON ({err})", line.decode("utf-8", "replace")))
             continue
         if not isinstance(value, dict):
-            errors.append((row, "*", f"line is not a JSON object ({type(value).__name__})", line.decode("utf-8", "replace")))
+            errors.append(
+                (row, "*", f"line is not a JSON object ({type(value).__name__})", line.decode("utf-8", "replace"))
+            )
             continue
         records.append((row, value))
     return records, errors
@@ -193,8 +208,14 @@ def _csv(spec: SourceSpec, data: bytes):
         if not values:
             continue
         if len(values) != len(header):
-            errors.append((row, "*", f"CSV row has the wrong number of fields ({len(values)}, the header has "
-                                     f"{len(header)})", json.dumps(values)))
+            errors.append(
+                (
+                    row,
+                    "*",
+                    f"CSV row has the wrong number of fields ({len(values)}, the header has {len(header)})",
+                    json.dumps(values),
+                )
+            )
             continue
         records.append((row, {k: (v if v != "" else None) for k, v in zip(header, values)}))
     return records, errors, header
@@ -216,8 +237,10 @@ def _read_datasets(spec: SourceSpec, fs, root: str) -> RawSource:
     if isinstance(loaded, datasets.DatasetDict):
         split = spec.split or ("train" if "train" in loaded else None)
         if split not in loaded:
-            raise SourceError(f"source {spec.name!r}: {spec.path} holds splits {sorted(loaded)}; choose one "
-                              f"(--split {spec.name}=SPLIT)")
+            raise SourceError(
+                f"source {spec.name!r}: {spec.path} holds splits {sorted(loaded)}; choose one "
+                f"(--split {spec.name}=SPLIT)"
+            )
         loaded = loaded[split]
     records = list(enumerate(loaded.to_list()))
     return RawSource(spec, "datasets", records, [], list(loaded.column_names), h.hexdigest())

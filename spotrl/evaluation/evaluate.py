@@ -10,13 +10,24 @@ import numpy as np
 import pandas as pd
 
 from spotrl.evaluation.passk import mean_pass_at_k
+from spotrl.rewards.score import score
 from spotrl.rollout.completions import sample_completions
 from spotrl.rollout.sampler import SamplingParams
-from spotrl.rewards.score import score
 
 
-def evaluate_pass_at_k(graphdef, state, tokenizer, verifier: str, prompts, answers, *, n: int, k: int,
-                       sampling: SamplingParams, key: jax.Array) -> dict:
+def evaluate_pass_at_k(
+    graphdef,
+    state,
+    tokenizer,
+    verifier: str,
+    prompts,
+    answers,
+    *,
+    n: int,
+    k: int,
+    sampling: SamplingParams,
+    key: jax.Array,
+) -> dict:
     completions = sample_completions(graphdef, state, tokenizer, list(prompts), n, sampling, key)
     rewards = score(verifier, completions.texts, completions.stopped, [a for a in answers for _ in range(n)])
     correct = rewards.reshape(len(prompts), n).sum(axis=1)
@@ -31,8 +42,13 @@ def evaluate_pass_at_k(graphdef, state, tokenizer, verifier: str, prompts, answe
 
 
 def greedy_accuracy(graphdef, state, tokenizer, verifier: str, prompts, answers, max_new_tokens: int) -> float:
-    sampling = SamplingParams(max_new_tokens=max_new_tokens, stop_token=tokenizer.eos_id,
-                              pad_token=tokenizer.pad_id, temperature=0.0, stop_tokens=tokenizer.stop_ids)
+    sampling = SamplingParams(
+        max_new_tokens=max_new_tokens,
+        stop_token=tokenizer.eos_id,
+        pad_token=tokenizer.pad_id,
+        temperature=0.0,
+        stop_tokens=tokenizer.stop_ids,
+    )
     completions = sample_completions(graphdef, state, tokenizer, list(prompts), 1, sampling, jax.random.key(0))
     return float(score(verifier, completions.texts, completions.stopped, list(answers)).mean())
 
@@ -43,10 +59,16 @@ def policy_sample_rewards(graphdef, state, tokenizer, verifier: str, sampling, k
     calls = itertools.count()
 
     def sample_rewards(rows: pd.DataFrame, n: int) -> np.ndarray:
-        completions = sample_completions(graphdef, state, tokenizer, list(rows["prompt"]), n, sampling,
-                                         jax.random.fold_in(key, next(calls)))
-        rewards = score(verifier, completions.texts, completions.stopped, [a for a in rows["answer"] for _ in range(n)],
-                        workers=workers)
+        completions = sample_completions(
+            graphdef, state, tokenizer, list(rows["prompt"]), n, sampling, jax.random.fold_in(key, next(calls))
+        )
+        rewards = score(
+            verifier,
+            completions.texts,
+            completions.stopped,
+            [a for a in rows["answer"] for _ in range(n)],
+            workers=workers,
+        )
         return rewards.reshape(len(rows), n)
 
     return sample_rewards

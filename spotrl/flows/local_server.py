@@ -33,9 +33,23 @@ def _free_port() -> int:
 def _server_command(port: int) -> list[str]:
     import prefect
 
-    return [sys.executable, "-m", "uvicorn", "--app-dir", str(prefect.__module_path__.parent), "--factory",
-            "prefect.server.api.server:create_app", "--host", "127.0.0.1", "--port", str(port),
-            "--log-level", "error", "--lifespan", "on"]
+    return [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "--app-dir",
+        str(prefect.__module_path__.parent),
+        "--factory",
+        "prefect.server.api.server:create_app",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--log-level",
+        "error",
+        "--lifespan",
+        "on",
+    ]
 
 
 def _wait_healthy(process: subprocess.Popen, url: str, timeout: float) -> None:
@@ -57,14 +71,24 @@ def _wait_healthy(process: subprocess.Popen, url: str, timeout: float) -> None:
 # Services a private server of one local flow run has no use for (schedules, deployments' late runs,
 # workers' heartbeats, automations, clean-ups); each wakes up periodically on the cores the run
 # trains on. The task-run recorder and event persister stay: they are what the UI shows.
-_IDLE_SERVICES = ("SCHEDULER", "LATE_RUNS", "FOREMAN", "PAUSE_EXPIRATIONS", "REPOSSESSOR", "CLEANUP_RECONCILER",
-                  "TRIGGERS", "CANCELLATION_CLEANUP")
+_IDLE_SERVICES = (
+    "SCHEDULER",
+    "LATE_RUNS",
+    "FOREMAN",
+    "PAUSE_EXPIRATIONS",
+    "REPOSSESSOR",
+    "CLEANUP_RECONCILER",
+    "TRIGGERS",
+    "CANCELLATION_CLEANUP",
+)
 
 # The task-run recorder writes each task-run event in a transaction of its own by default (batch
 # size 1): ~14 ms of server CPU per task run on these cores, more than the flow's own engine.
 # Batched, the task runs reach the UI up to a second later at about a third of the cost.
-_RECORDER_BATCHING = {"PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_BATCH_SIZE": "100",
-                      "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_FLUSH_INTERVAL": "1"}
+_RECORDER_BATCHING = {
+    "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_BATCH_SIZE": "100",
+    "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_FLUSH_INTERVAL": "1",
+}
 
 # The server only records what the run did: at the lowest CPU priority it works in the gaps XLA
 # leaves instead of preempting the training threads (no task waits on it, events are sent async).
@@ -81,11 +105,24 @@ def local_api_server(timeout: float = 120.0):
         return
     port = _free_port()
     url = f"http://127.0.0.1:{port}/api"
-    env = {**_RECORDER_BATCHING, **os.environ, **get_current_settings().to_environment_variables(exclude_unset=True),
-           "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1",
-           **{f"PREFECT_SERVER_SERVICES_{name}_ENABLED": "false" for name in _IDLE_SERVICES}}
-    command = [sys.executable, "-m", "spotrl.flows.local_server", str(os.getpid()), str(SERVER_NICENESS), "--",
-               *_server_command(port)]
+    env = {
+        **_RECORDER_BATCHING,
+        **os.environ,
+        **get_current_settings().to_environment_variables(exclude_unset=True),
+        "PREFECT_UI_ENABLED": "0",
+        "PREFECT__SERVER_EPHEMERAL": "1",
+        "PREFECT__SERVER_FINAL": "1",
+        **{f"PREFECT_SERVER_SERVICES_{name}_ENABLED": "false" for name in _IDLE_SERVICES},
+    }
+    command = [
+        sys.executable,
+        "-m",
+        "spotrl.flows.local_server",
+        str(os.getpid()),
+        str(SERVER_NICENESS),
+        "--",
+        *_server_command(port),
+    ]
     process = subprocess.Popen(command, env=env)
     try:
         _wait_healthy(process, url, timeout)

@@ -22,7 +22,7 @@ import signal
 import sys
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 EXIT_PREEMPTED = 75
 
@@ -52,7 +52,7 @@ class PreemptionGuard:
     def requested(self) -> bool:
         return self.requested_at is not None
 
-    def __enter__(self) -> "PreemptionGuard":
+    def __enter__(self) -> PreemptionGuard:
         if threading.current_thread() is threading.main_thread():  # signals can only be set there
             self._previous = signal.signal(signal.SIGTERM, self._on_sigterm)
             self._installed = True
@@ -77,8 +77,12 @@ class PreemptionGuard:
         self._timer.start()
 
     def _deadline(self) -> None:
-        print(f"preempted: the running stage did not finish within {self.grace_seconds:g} s; exiting, "
-              "it will run again on resume", file=sys.stderr, flush=True)
+        print(
+            f"preempted: the running stage did not finish within {self.grace_seconds:g} s; exiting, "
+            "it will run again on resume",
+            file=sys.stderr,
+            flush=True,
+        )
         if self.on_deadline is not None:
             self.on_deadline()
         os._exit(EXIT_PREEMPTED)
@@ -89,5 +93,6 @@ class PreemptionGuard:
             if self._timer is not None:
                 self._timer.cancel()
             waited = time.monotonic() - self.requested_at
-            raise Preempted(f"preempted by SIGTERM; stopped {where} after {waited:.1f} s; "
-                            "run the same command to resume")
+            raise Preempted(
+                f"preempted by SIGTERM; stopped {where} after {waited:.1f} s; run the same command to resume"
+            )

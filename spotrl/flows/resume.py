@@ -19,9 +19,9 @@ import dataclasses
 import shutil
 from pathlib import Path
 
+from spotrl.config import RunConfig
 from spotrl.curation.store import damaged_splits
 from spotrl.flows import rundir
-from spotrl.config import RunConfig
 from spotrl.rng import next_iteration_streams
 from spotrl.storage.checkpoints import CheckpointError, CheckpointStore
 from spotrl.storage.paths import AnyPath, as_path, remove
@@ -61,8 +61,9 @@ def _remove_leftovers(run_dir: AnyPath, checkpoints: CheckpointStore, weights: W
         notes.append(f"removed {path.relative_to(run_dir)} (a write killed before it committed)")
 
 
-def find_resume_point(run_dir: AnyPath, config: RunConfig, checkpoints: CheckpointStore,
-                      weights: WeightStore) -> ResumePoint:
+def find_resume_point(
+    run_dir: AnyPath, config: RunConfig, checkpoints: CheckpointStore, weights: WeightStore
+) -> ResumePoint:
     point = ResumePoint()
     notes = point.notes
     _remove_leftovers(run_dir, checkpoints, weights, notes)
@@ -172,7 +173,11 @@ def seed_from_warm_start(run_dir: Path, config: RunConfig, source_dir: Path) -> 
     shutil.copytree(source_dir / "data", run_dir / "data")
     rundir.write_record(run_dir, "eval", 0, rundir.read_record(source_dir, "eval", 0))
     ctx = RunContext(run_dir, config)
-    meta = {**meta, "rng": next_iteration_streams(config.seed, 0, config.rollout.shards), "warm_start_from": str(source_dir)}
+    meta = {
+        **meta,
+        "rng": next_iteration_streams(config.seed, 0, config.rollout.shards),
+        "warm_start_from": str(source_dir),
+    }
     ctx.checkpoints.save(0, ctx.initial_train_state(state["params"]), meta)
     ctx.checkpoints.seal(0)
     ctx.weights.publish(0, ctx.policy.to_pure(state["params"]), {"warm_start_from": str(source_dir)})

@@ -16,15 +16,15 @@ import time
 from prefect import flow, unmapped
 from prefect.utilities.annotations import quote
 
-from spotrl.flows import rundir
 from spotrl.config import RunConfig
 from spotrl.curation.curriculum import estimate_iteration
+from spotrl.flows import rundir
 from spotrl.flows.preemption import PreemptionGuard
+from spotrl.flows.results import result_storage
 from spotrl.flows.resume import eval_due, find_resume_point
 from spotrl.model.compiles import compile_count
 from spotrl.model.hf.loader import check_checkpoint
 from spotrl.storage.paths import AnyPath, as_path
-from spotrl.flows.results import result_storage
 from spotrl.tasks import stages
 from spotrl.tasks.context import get_context
 
@@ -59,8 +59,13 @@ def _log(message: str) -> None:
 
 
 @flow(name="train", log_prints=False, validate_parameters=True)
-def train(config: RunConfig = RunConfig(), run_dir: str = "runs/tiny", attempt: int = 1, max_attempts: int = 5,
-          preemption_grace_seconds: float = 25.0) -> dict:
+def train(
+    config: RunConfig = RunConfig(),
+    run_dir: str = "runs/tiny",
+    attempt: int = 1,
+    max_attempts: int = 5,
+    preemption_grace_seconds: float = 25.0,
+) -> dict:
     """Train the policy with RL; returns the evaluation before and after, and where the run lives.
 
     Re-running on the same run directory resumes after the last complete iteration (see resume.py).
@@ -70,14 +75,19 @@ def train(config: RunConfig = RunConfig(), run_dir: str = "runs/tiny", attempt: 
     is not resubmitted forever. None of these three is a task input, so no cache key depends on them.
     """
     if attempt > max_attempts:
-        raise AttemptsExhausted(f"attempt {attempt} > max_attempts {max_attempts} for run directory {run_dir}; "
-                                "not resubmitting: look at why the previous attempts crashed")
+        raise AttemptsExhausted(
+            f"attempt {attempt} > max_attempts {max_attempts} for run directory {run_dir}; "
+            "not resubmitting: look at why the previous attempts crashed"
+        )
     started = time.perf_counter()
     if config.model.path:  # a checkpoint that disagrees with the config fails before the run directory holds it
         check_checkpoint(config.model)
     run_path = rundir.prepare(run_dir, config)
-    with rundir.exclusive(run_path), PreemptionGuard(preemption_grace_seconds) as guard, \
-            rollout_task_runner(config) as runner:
+    with (
+        rundir.exclusive(run_path),
+        PreemptionGuard(preemption_grace_seconds) as guard,
+        rollout_task_runner(config) as runner,
+    ):
         result = _run(config, run_path, guard, runner)
     return {**result, "seconds": time.perf_counter() - started}
 
@@ -145,11 +155,14 @@ def _run(config: RunConfig, run_path: AnyPath, guard: PreemptionGuard, runner=No
             return None
         estimated_at = estimate_iteration(j, schedule.every)
         if estimated_at not in estimates:
-            estimate = estimates[estimated_at] = tasks["difficulty"](config_input, root, estimated_at,
-                                                                     sampling_version(estimated_at))
-            _log(f"difficulty before iteration {estimated_at}: {estimate['stream_rows']} prompts in the stream "
-                 f"({estimate['never_solved']} never, {estimate['always_solved']} always solved of "
-                 f"{estimate['estimated']} estimated)")
+            estimate = estimates[estimated_at] = tasks["difficulty"](
+                config_input, root, estimated_at, sampling_version(estimated_at)
+            )
+            _log(
+                f"difficulty before iteration {estimated_at}: {estimate['stream_rows']} prompts in the stream "
+                f"({estimate['never_solved']} never, {estimate['always_solved']} always solved of "
+                f"{estimate['estimated']} estimated)"
+            )
         return estimates[estimated_at]
 
     def launch_ready(first_uncollected: int):
@@ -171,29 +184,53 @@ def _run(config: RunConfig, run_path: AnyPath, guard: PreemptionGuard, runner=No
         weights = tasks["publish"](config_input, root, previous)
         published[weights["version"]] = weights
         launch_ready(iteration + 1)  # the next iterations' rollouts start before this iteration's bookkeeping
-        metrics = _iteration_metrics(iteration, rollouts, scored, updated, weights,
-                                     time.perf_counter() - iteration_started, compile_count() - compiles_before)
+        metrics = _iteration_metrics(
+            iteration,
+            rollouts,
+            scored,
+            updated,
+            weights,
+            time.perf_counter() - iteration_started,
+            compile_count() - compiles_before,
+        )
         rundir.write_record(run_path, "metrics", iteration, metrics)
-        _log(f"iteration {iteration:>4}/{config.iterations}  reward {metrics['reward_mean']:.3f}  "
-             f"loss {metrics['loss']:+.4f}  clip {metrics['clip_frac']:.3f}  "
-             f"{metrics['tokens_per_s']:,.0f} tok/s  {metrics['seconds']:.2f}s")
+        _log(
+            f"iteration {iteration:>4}/{config.iterations}  reward {metrics['reward_mean']:.3f}  "
+            f"loss {metrics['loss']:+.4f}  clip {metrics['clip_frac']:.3f}  "
+            f"{metrics['tokens_per_s']:,.0f} tok/s  {metrics['seconds']:.2f}s"
+        )
         if eval_due(config, iteration):
             _evaluate(tasks, config, root, weights, iteration)
         guard.check(f"after iteration {iteration}")
 
-    return {"run_dir": root, "before": rundir.read_record(run_path, "eval", 0),
-            "after": rundir.read_record(run_path, "eval", config.iterations),
-            "weights_sha256": weights["sha256"]}
+    return {
+        "run_dir": root,
+        "before": rundir.read_record(run_path, "eval", 0),
+        "after": rundir.read_record(run_path, "eval", config.iterations),
+        "weights_sha256": weights["sha256"],
+    }
 
 
-def _launch(tasks, config: RunConfig, root: str, iteration: int, weights: dict, generation_round: int, runner=None,
-            difficulty: dict | None = None):
+def _launch(
+    tasks,
+    config: RunConfig,
+    root: str,
+    iteration: int,
+    weights: dict,
+    generation_round: int,
+    runner=None,
+    difficulty: dict | None = None,
+):
     """Submit one round of rollouts (fanned out over shards) and their scoring; returns futures."""
     # Ray pickles the arguments with the quote still on (a bare tuple arrives): it gets the config as is.
-    parameters = {"config": unmapped(config if runner else _task_input(config)), "run_dir": unmapped(root),
-                  "iteration": unmapped(iteration),
-                  "shard": range(config.rollout.shards), "weights": unmapped(weights),
-                  "generation_round": unmapped(generation_round)}
+    parameters = {
+        "config": unmapped(config if runner else _task_input(config)),
+        "run_dir": unmapped(root),
+        "iteration": unmapped(iteration),
+        "shard": range(config.rollout.shards),
+        "weights": unmapped(weights),
+        "generation_round": unmapped(generation_round),
+    }
     if difficulty is not None:
         parameters["difficulty"] = unmapped(difficulty)
     if runner is None:
@@ -203,7 +240,9 @@ def _launch(tasks, config: RunConfig, root: str, iteration: int, weights: dict, 
     return sampled, tasks["reward"].map(unmapped(_task_input(config)), unmapped(root), sampled), weights, difficulty
 
 
-def _collect(tasks, config: RunConfig, root: str, iteration: int, launched, runner=None) -> tuple[list[dict], list[dict]]:
+def _collect(
+    tasks, config: RunConfig, root: str, iteration: int, launched, runner=None
+) -> tuple[list[dict], list[dict]]:
     """Wait for an iteration's rollouts and scores. With dynamic sampling (DAPO), further rounds
     (same weights) run until enough groups have signal or `max_rounds` is reached."""
     r, ds = config.rollout, config.algorithm.dynamic_sampling
@@ -213,7 +252,9 @@ def _collect(tasks, config: RunConfig, root: str, iteration: int, launched, runn
         if generation_round:
             if sum(s["groups_with_signal"] for s in scored) >= r.prompts_per_iteration:
                 break
-            sampled, rewarded, _, _ = _launch(tasks, config, root, iteration, weights, generation_round, runner, difficulty)
+            sampled, rewarded, _, _ = _launch(
+                tasks, config, root, iteration, weights, generation_round, runner, difficulty
+            )
         scored += rewarded.result()
         rollouts += sampled.result()
     return rollouts, scored
@@ -222,8 +263,10 @@ def _collect(tasks, config: RunConfig, root: str, iteration: int, launched, runn
 def _evaluate(tasks, config: RunConfig, root: str, weights: dict, iteration: int) -> dict:
     result = tasks["evaluate"](_task_input(config), root, weights, iteration)
     rundir.write_record(as_path(root), "eval", iteration, result)
-    _log(f"eval after iteration {iteration} (weights v{weights['version']}): "
-         f"pass@1 {result['pass_at_1']:.1%}  pass@{result['k']} {result['pass_at_k']:.1%}")
+    _log(
+        f"eval after iteration {iteration} (weights v{weights['version']}): "
+        f"pass@1 {result['pass_at_1']:.1%}  pass@{result['k']} {result['pass_at_k']:.1%}"
+    )
     return result
 
 
@@ -248,7 +291,10 @@ def _iteration_metrics(iteration, rollouts, scored, updated, weights, seconds, c
         "seconds": seconds,
         # how the work was executed (varies from run to run, unlike everything above)
         # (jit compilations in this process during the iteration: 0 in steady state, more after a restart)
-        "timing": {"rollout_seconds": rollout_seconds, "update_seconds": updated["update_seconds"],
-                   "compilations": compilations,
-                   "rollout_workers": sorted({r.get("worker", "") for r in rollouts})},
+        "timing": {
+            "rollout_seconds": rollout_seconds,
+            "update_seconds": updated["update_seconds"],
+            "compilations": compilations,
+            "rollout_workers": sorted({r.get("worker", "") for r in rollouts}),
+        },
     }

@@ -71,13 +71,13 @@ class CompileCounter:
     def __init__(self):
         self.reset()
 
-    def reset(self) -> "CompileCounter":
+    def reset(self) -> CompileCounter:
         with _lock:
             self._start = (_total, _seconds, collections.Counter(_by_name))
         self._end = None
         return self
 
-    def __enter__(self) -> "CompileCounter":
+    def __enter__(self) -> CompileCounter:
         return self.reset()
 
     def __exit__(self, *exc) -> None:

@@ -1,10 +1,10 @@
 """Parameter counts and memory estimates of a model config, from the config alone (no weights read).
 
-    n = count_params(cfg)
-    parts = estimate_memory(cfg, batch=8, seq_len=1024, devices=4)    # bytes by part, and per device
-    estimate = memory_estimate(cfg, rollout_rows=64, minibatches=4, prompt_tokens=256, new_tokens=512,
-                               reference=True)                        # a run's: an update plus sampling
-    print(memory_summary(cfg, estimate, prompt_tokens=256))
+n = count_params(cfg)
+parts = estimate_memory(cfg, batch=8, seq_len=1024, devices=4)    # bytes by part, and per device
+estimate = memory_estimate(cfg, rollout_rows=64, minibatches=4, prompt_tokens=256, new_tokens=512,
+                           reference=True)                        # a run's: an update plus sampling
+print(memory_summary(cfg, estimate, prompt_tokens=256))
 """
 
 from __future__ import annotations
@@ -80,26 +80,45 @@ def format_bytes(n: float) -> str:
     return f"{n:.1f} TiB"
 
 
-def memory_estimate(cfg: ModelConfig, *, rollout_rows: int, minibatches: int, prompt_tokens: int,
-                    new_tokens: int, reference: bool, max_chunk_rows: int = 1024) -> dict:
+def memory_estimate(
+    cfg: ModelConfig,
+    *,
+    rollout_rows: int,
+    minibatches: int,
+    prompt_tokens: int,
+    new_tokens: int,
+    reference: bool,
+    max_chunk_rows: int = 1024,
+) -> dict:
     """estimate_memory for a run: activations of one optimizer step (rollout_rows / minibatches rows
     of prompt_tokens + new_tokens), the KV cache of one sampling chunk (at most max_chunk_rows rows,
     as sample_completions chunks them), one pulled copy of the weights for sampling (two with a KL
     reference). Sampling and the update are summed although they run one after the other: a margin."""
     seq_len = prompt_tokens + new_tokens
-    out = estimate_memory(cfg, batch=max(1, rollout_rows // minibatches), seq_len=seq_len,
-                          devices=cfg.mesh.devices, reference_copies=2 if reference else 1, remat=cfg.remat)
-    out["kv_cache"] = estimate_memory(cfg, batch=min(rollout_rows, max_chunk_rows), seq_len=seq_len,
-                                      training=False)["kv_cache"]
+    out = estimate_memory(
+        cfg,
+        batch=max(1, rollout_rows // minibatches),
+        seq_len=seq_len,
+        devices=cfg.mesh.devices,
+        reference_copies=2 if reference else 1,
+        remat=cfg.remat,
+    )
+    out["kv_cache"] = estimate_memory(cfg, batch=min(rollout_rows, max_chunk_rows), seq_len=seq_len, training=False)[
+        "kv_cache"
+    ]
     out["total"] = sum(v for k, v in out.items() if k not in ("params_count", "total", "per_device"))
     out["per_device"] = -(-out["total"] // cfg.mesh.devices)
     return out
 
 
 def memory_summary(cfg: ModelConfig, estimate: dict, prompt_tokens: int) -> str:
-    parts = ", ".join(f"{k} {format_bytes(estimate[k])}" for k in
-                      ("params", "grads", "optimizer", "reference", "kv_cache", "activations"))
+    parts = ", ".join(
+        f"{k} {format_bytes(estimate[k])}"
+        for k in ("params", "grads", "optimizer", "reference", "kv_cache", "activations")
+    )
     source = cfg.path or "built-in model"
-    return (f"model: {source}: {estimate['params_count']:,} parameters in {cfg.dtype}; estimated memory "
-            f"{format_bytes(estimate['total'])}, {format_bytes(estimate['per_device'])} per device over "
-            f"{cfg.mesh.devices} (prompts of {prompt_tokens} tokens; {parts})")
+    return (
+        f"model: {source}: {estimate['params_count']:,} parameters in {cfg.dtype}; estimated memory "
+        f"{format_bytes(estimate['total'])}, {format_bytes(estimate['per_device'])} per device over "
+        f"{cfg.mesh.devices} (prompts of {prompt_tokens} tokens; {parts})"
+    )

@@ -7,7 +7,8 @@ A parameter's flat path joins its keys with dots ("layers.0.self_attn.q_proj.ker
 from __future__ import annotations
 
 import functools
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import jax
 import numpy as np

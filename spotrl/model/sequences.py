@@ -45,6 +45,6 @@ def left_pad(encoded: list[list[int]], texts: list[str], pad_id: int, length: in
     for row, ids in enumerate(encoded):
         if len(ids) > length:
             raise ValueError(f"prompt {texts[row]!r} has {len(ids)} tokens, more than {length}")
-        tokens[row, length - len(ids):] = ids
-        valid[row, length - len(ids):] = True
+        tokens[row, length - len(ids) :] = ids
+        valid[row, length - len(ids) :] = True
     return tokens, valid

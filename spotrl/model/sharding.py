@@ -24,7 +24,8 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import re
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import jax
 import numpy as np
@@ -72,12 +73,17 @@ def make_mesh(data: int = 1, fsdp: int = 1, tp: int = 1, devices=None) -> jax.sh
     devices = jax.devices()[:count] if devices is None else list(devices)
     if len(devices) != count:
         raise ValueError(f"mesh {dict(zip(MESH_AXES, shape))} needs {count} devices, {len(devices)} available")
-    return jax.sharding.Mesh(np.asarray(devices).reshape(shape), MESH_AXES,
-                             axis_types=(jax.sharding.AxisType.Auto,) * len(MESH_AXES))
+    return jax.sharding.Mesh(
+        np.asarray(devices).reshape(shape), MESH_AXES, axis_types=(jax.sharding.AxisType.Auto,) * len(MESH_AXES)
+    )
 
 
-def logical_spec(names: Iterable[str | None], shape: tuple[int, ...], mesh: jax.sharding.Mesh,
-                 rules: dict[str, tuple[str, ...]] = LOGICAL_RULES) -> jax.sharding.PartitionSpec:
+def logical_spec(
+    names: Iterable[str | None],
+    shape: tuple[int, ...],
+    mesh: jax.sharding.Mesh,
+    rules: dict[str, tuple[str, ...]] = LOGICAL_RULES,
+) -> jax.sharding.PartitionSpec:
     """PartitionSpec of an array of `shape` whose dimensions have logical `names`, on `mesh`."""
     used: set[str] = set()
     dims = []
@@ -102,8 +108,10 @@ def param_logical_axes(path: str, rules=PARAM_AXES) -> tuple[str | None, ...]:
     return ()
 
 
-def param_spec(path: str, shape: tuple[int, ...], mesh: jax.sharding.Mesh, rules=PARAM_AXES) -> jax.sharding.PartitionSpec:
-    return logical_spec(param_logical_axes(path, rules)[:len(shape)], shape, mesh)
+def param_spec(
+    path: str, shape: tuple[int, ...], mesh: jax.sharding.Mesh, rules=PARAM_AXES
+) -> jax.sharding.PartitionSpec:
+    return logical_spec(param_logical_axes(path, rules)[: len(shape)], shape, mesh)
 
 
 def path_string(key_path) -> str:
@@ -127,8 +135,8 @@ def tree_shardings(tree: Any, mesh: jax.sharding.Mesh, rules=PARAM_AXES) -> Any:
     """A NamedSharding for every array leaf of `tree` (params, grads, a train state with its
     optimizer moments), chosen by the leaf's path."""
     return jax.tree_util.tree_map_with_path(
-        lambda path, x: jax.sharding.NamedSharding(mesh, param_spec(path_string(path), np.shape(x), mesh, rules)),
-        tree)
+        lambda path, x: jax.sharding.NamedSharding(mesh, param_spec(path_string(path), np.shape(x), mesh, rules)), tree
+    )
 
 
 def shard_tree(tree: Any, mesh: jax.sharding.Mesh, rules=PARAM_AXES) -> Any:
@@ -138,8 +146,9 @@ def shard_tree(tree: Any, mesh: jax.sharding.Mesh, rules=PARAM_AXES) -> Any:
 
 def batch_sharding(mesh: jax.sharding.Mesh, ndim: int, rows: int) -> jax.sharding.NamedSharding:
     """Rows over ("data", "fsdp") where they divide; other dimensions replicated."""
-    return jax.sharding.NamedSharding(mesh, logical_spec(("act_batch",) + (None,) * (ndim - 1),
-                                                         (rows,) + (1,) * (ndim - 1), mesh))
+    return jax.sharding.NamedSharding(
+        mesh, logical_spec(("act_batch",) + (None,) * (ndim - 1), (rows,) + (1,) * (ndim - 1), mesh)
+    )
 
 
 def shard_batch(batch: Any, mesh: jax.sharding.Mesh) -> Any:

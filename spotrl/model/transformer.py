@@ -1,7 +1,8 @@
 """A Flax NNX decoder-only transformer of the Qwen2 / Llama family.
 
 Token embedding, RMSNorm, rotary positions (the Hugging Face "rotate half" convention, so that
-checkpoints load unchanged; Llama 3 frequency scaling optional), grouped-query attention, SwiGLU MLP, optionally tied embeddings.
+checkpoints load unchanged; Llama 3 frequency scaling optional), grouped-query attention, SwiGLU MLP,
+optionally tied embeddings.
 
 The same call serves training (full sequence, no cache) and sampling (prefill and one-token
 decode steps writing into a fixed-size KV cache): callers pass positions and the attention mask,
@@ -104,7 +105,10 @@ class Attention(nnx.Module):
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
         d, hd = cfg.hidden_size, cfg.resolved_head_dim
         dtype, compute = _dtypes(cfg)
-        dense = lambda i, o, bias: nnx.Linear(i, o, use_bias=bias, param_dtype=dtype, dtype=compute, rngs=rngs)
+
+        def dense(i, o, bias):
+            return nnx.Linear(i, o, use_bias=bias, param_dtype=dtype, dtype=compute, rngs=rngs)
+
         self.q_proj = dense(d, cfg.num_heads * hd, cfg.qkv_bias)
         self.k_proj = dense(d, cfg.num_kv_heads * hd, cfg.qkv_bias)
         self.v_proj = dense(d, cfg.num_kv_heads * hd, cfg.qkv_bias)
@@ -115,8 +119,9 @@ class Attention(nnx.Module):
 
     def __call__(self, x, positions, mask, cache: LayerCache | None, cache_index):
         b, t, _ = x.shape
-        q = constrain(self.q_proj(x).reshape(b, t, self.num_heads, self.head_dim),
-                      ("act_batch", "act_length", "act_heads", None))
+        q = constrain(
+            self.q_proj(x).reshape(b, t, self.num_heads, self.head_dim), ("act_batch", "act_length", "act_heads", None)
+        )
         k = self.k_proj(x).reshape(b, t, self.num_kv_heads, self.head_dim)
         v = self.v_proj(x).reshape(b, t, self.num_kv_heads, self.head_dim)
         q = rope(q, positions, self.rope_theta, self.rope_scaling)
@@ -139,7 +144,10 @@ class MLP(nnx.Module):
 
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
         dtype, compute = _dtypes(cfg)
-        dense = lambda i, o: nnx.Linear(i, o, use_bias=False, param_dtype=dtype, dtype=compute, rngs=rngs)
+
+        def dense(i, o):
+            return nnx.Linear(i, o, use_bias=False, param_dtype=dtype, dtype=compute, rngs=rngs)
+
         self.gate_proj = dense(cfg.hidden_size, cfg.intermediate_size)
         self.up_proj = dense(cfg.hidden_size, cfg.intermediate_size)
         self.down_proj = dense(cfg.intermediate_size, cfg.hidden_size)
@@ -173,7 +181,9 @@ class Transformer(nnx.Module):
         self.lm_head = (
             None
             if cfg.tie_embeddings
-            else nnx.Linear(cfg.hidden_size, cfg.vocab_size, use_bias=False, param_dtype=dtype, dtype=compute, rngs=rngs)
+            else nnx.Linear(
+                cfg.hidden_size, cfg.vocab_size, use_bias=False, param_dtype=dtype, dtype=compute, rngs=rngs
+            )
         )
 
     def trunk(

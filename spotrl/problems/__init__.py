@@ -2,7 +2,7 @@
 code, math. Importing the package registers them in `PROBLEMS`; this package is the registry's
 provider (spotrl.registry.PROVIDERS), so `registry("problem")` finds them without importing it."""
 
-from spotrl.problems.spec import PROBLEMS, Problem, get_problem
 from spotrl.problems import arithmetic, code, math  # noqa: F401  (registration)
+from spotrl.problems.spec import PROBLEMS, Problem, get_problem
 
 __all__ = ["PROBLEMS", "Problem", "get_problem"]

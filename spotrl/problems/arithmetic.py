@@ -33,14 +33,17 @@ def completion_text(answer: str) -> str:
     return answer[::-1]
 
 
-def make_splits(seed: int, train_size: int, eval_size: int, min_digits: int = 2,
-                max_digits: int = 4) -> tuple[pd.DataFrame, pd.DataFrame]:
+def make_splits(
+    seed: int, train_size: int, eval_size: int, min_digits: int = 2, max_digits: int = 4
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Train and held-out splits as frames of prompt rows (id, prompt, answer, source)."""
     if not 1 <= min_digits <= max_digits <= WIDTH:
         raise ValueError(f"need 1 <= min_digits <= max_digits <= {WIDTH}, got {min_digits}, {max_digits}")
     if train_size + eval_size > distinct_problems(min_digits, max_digits):
-        raise ValueError(f"{train_size} + {eval_size} problems asked, but only "
-                         f"{distinct_problems(min_digits, max_digits)} distinct ones have {min_digits}..{max_digits} digits")
+        raise ValueError(
+            f"{train_size} + {eval_size} problems asked, but only "
+            f"{distinct_problems(min_digits, max_digits)} distinct ones have {min_digits}..{max_digits} digits"
+        )
     rng = np.random.default_rng([seed, 0x5EED])
     draw = lambda n: _problems(rng, n, min_digits, max_digits)  # noqa: E731
     eval_rows = _unique_rows(draw, eval_size, "eval", exclude=set())
@@ -81,14 +84,22 @@ def _check_config(config) -> None:
     p = config.problem
     capacity = distinct_problems(p.min_digits, p.max_digits)
     if not config.curation.sources and p.train_size + p.eval_size > capacity:
-        raise ValueError(f"problem.train_size + problem.eval_size ({p.train_size + p.eval_size}) > the "
-                         f"{capacity} distinct problems with {p.min_digits}..{p.max_digits} digits")
+        raise ValueError(
+            f"problem.train_size + problem.eval_size ({p.train_size + p.eval_size}) > the "
+            f"{capacity} distinct problems with {p.min_digits}..{p.max_digits} digits"
+        )
 
 
-ARITHMETIC = register(Problem(
-    name="arithmetic", alphabet=DIGITS_ALPHABET,
-    tokenizer_class=CharTokenizer,  # prompts of one length: nothing to bucket
-    verifier="arithmetic", reference_field="answer", target=_target, builtin_splits=_builtin_splits,
-    longest_prompt=prompt_text(9999, 9999),  # every prompt has this length
-    check_config=_check_config,
-))
+ARITHMETIC = register(
+    Problem(
+        name="arithmetic",
+        alphabet=DIGITS_ALPHABET,
+        tokenizer_class=CharTokenizer,  # prompts of one length: nothing to bucket
+        verifier="arithmetic",
+        reference_field="answer",
+        target=_target,
+        builtin_splits=_builtin_splits,
+        longest_prompt=prompt_text(9999, 9999),  # every prompt has this length
+        check_config=_check_config,
+    )
+)

@@ -16,7 +16,14 @@ def _check_config(config) -> None:
         raise ValueError("problem.name 'math' has no built-in prompts: name dataset sources in curation.sources")
 
 
-MATH = register(Problem(
-    name="math", alphabet=TEXT_ALPHABET, tokenizer_class=BucketedCharTokenizer, verifier="math",
-    reference_field="answer", target=_target, check_config=_check_config,
-))
+MATH = register(
+    Problem(
+        name="math",
+        alphabet=TEXT_ALPHABET,
+        tokenizer_class=BucketedCharTokenizer,
+        verifier="math",
+        reference_field="answer",
+        target=_target,
+        check_config=_check_config,
+    )
+)

@@ -16,7 +16,8 @@ curation validates and stores.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
@@ -37,11 +38,11 @@ class Problem:
     # (answer, metadata JSON or None) of a canonical row -> the completion a warm start teaches, or None
     target: Callable[[object, object], str | None]
     # (problem config, seed) -> (train, eval) frames of prompt rows; None: no built-in prompts
-    builtin_splits: Callable[["ProblemConfig", int], tuple[pd.DataFrame, pd.DataFrame]] | None = None
+    builtin_splits: Callable[[ProblemConfig, int], tuple[pd.DataFrame, pd.DataFrame]] | None = None
     # the longest prompt the problem has, for the memory estimate; None: unknown (512 tokens assumed)
     longest_prompt: str | None = None
     # raises ValueError (naming the dotted keys) for a run config this problem cannot run with
-    check_config: Callable[["RunConfig"], None] | None = None
+    check_config: Callable[[RunConfig], None] | None = None
 
     def tokenizer(self) -> CharTokenizer:
         """The built-in model's tokenizer for this problem."""
@@ -51,10 +52,15 @@ class Problem:
         """Canonical curated rows as the run's prompt rows (id, prompt, answer = the verifier's
         reference, source, target)."""
         targets = [self.target(a, m) for a, m in zip(canonical["answer"], canonical["metadata"])]
-        return pd.DataFrame({"id": canonical["id"].astype(object), "prompt": canonical["prompt"].astype(object),
-                             "answer": canonical[self.reference_field].astype(object),
-                             "source": canonical["source"].astype(object),
-                             "target": pd.Series(targets, dtype=object, index=canonical.index)}).reset_index(drop=True)
+        return pd.DataFrame(
+            {
+                "id": canonical["id"].astype(object),
+                "prompt": canonical["prompt"].astype(object),
+                "answer": canonical[self.reference_field].astype(object),
+                "source": canonical["source"].astype(object),
+                "target": pd.Series(targets, dtype=object, index=canonical.index),
+            }
+        ).reset_index(drop=True)
 
     def warm_start_examples(self, split) -> tuple[list[str], list[str], list[str]]:
         """(prompts, verifier references, target completions) of the rows of a split (a

@@ -74,8 +74,12 @@ def plan_tests(source: str) -> TestPlan:
     steps = []
     for stmt in tree.body:
         src = ast.get_source_segment(source, stmt) or ast.unparse(stmt)
-        if isinstance(stmt, ast.Assert) and isinstance(stmt.test, ast.Compare) and len(stmt.test.ops) == 1 \
-                and isinstance(stmt.test.ops[0], ast.Eq):
+        if (
+            isinstance(stmt, ast.Assert)
+            and isinstance(stmt.test, ast.Compare)
+            and len(stmt.test.ops) == 1
+            and isinstance(stmt.test.ops[0], ast.Eq)
+        ):
             left, right = stmt.test.left, stmt.test.comparators[0]
             left_is, left_value = _literal(left)
             right_is, right_value = _literal(right)
@@ -86,8 +90,9 @@ def plan_tests(source: str) -> TestPlan:
                 steps.append(Step("value", src=ast.unparse(right), expected=left_value, is_test=True, line=stmt.lineno))
                 continue
             if not (left_is and right_is):
-                steps.append(Step("pair", left=ast.unparse(left), right=ast.unparse(right), is_test=True,
-                                  line=stmt.lineno))
+                steps.append(
+                    Step("pair", left=ast.unparse(left), right=ast.unparse(right), is_test=True, line=stmt.lineno)
+                )
                 continue
         steps.append(Step("exec", src=src, is_test=isinstance(stmt, ast.Assert), line=stmt.lineno))
     if not any(step.is_test for step in steps):
@@ -199,7 +204,9 @@ def _compare(step: Step, image, expected, expected_side: bool):
     if equal is True:
         return True, ""
     shown = _short(got)
-    return False, (f"test at line {step.line}: got {shown}" + ("" if expected_side else f", other side {_short(expected)}"))
+    return False, (
+        f"test at line {step.line}: got {shown}" + ("" if expected_side else f", other side {_short(expected)}")
+    )
 
 
 def _short(value, limit: int = 120) -> str:
@@ -235,8 +242,9 @@ def parse_records(text: str, nonce: str) -> tuple[dict | None, list[dict], str |
             problem = problem or f"record {n} does not carry the run's nonce (forged)"
             continue
         step = rec.get("step")
-        if not (rec.get("done") is True or step == "solution" or (type(step) is int and step >= 0)) \
-                or not isinstance(rec.get("ok", False), bool):
+        if not (rec.get("done") is True or step == "solution" or (type(step) is int and step >= 0)) or not isinstance(
+            rec.get("ok", False), bool
+        ):
             problem = problem or f"record {n} is malformed"
             continue
         records.append(rec)

@@ -12,8 +12,8 @@ ungated term may only be a penalty (weight <= 0, and its contribution is clipped
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 RewardFn = Callable[[str, bool, str], float]
 
@@ -29,15 +29,23 @@ class Term:
 class Composite:
     """correctness_weight * correctness + sum(weight * term) over the terms that apply."""
 
-    def __init__(self, correctness: RewardFn, terms: list[Term] | tuple[Term, ...] = (), *,
-                 correctness_weight: float = 1.0, gate: float = 1.0):
+    def __init__(
+        self,
+        correctness: RewardFn,
+        terms: list[Term] | tuple[Term, ...] = (),
+        *,
+        correctness_weight: float = 1.0,
+        gate: float = 1.0,
+    ):
         names = [t.name for t in terms]
         if len(set(names)) != len(names) or "correct" in names:
             raise ValueError(f"term names must be distinct and not 'correct': {names}")
         for term in terms:
             if not term.gated and term.weight > 0:
-                raise ValueError(f"term {term.name!r}: a positive reward that is not gated by correctness can be "
-                                 "farmed by wrong answers; gate it, or give it a weight <= 0 (a penalty)")
+                raise ValueError(
+                    f"term {term.name!r}: a positive reward that is not gated by correctness can be "
+                    "farmed by wrong answers; gate it, or give it a weight <= 0 (a penalty)"
+                )
         if correctness_weight <= 0:
             raise ValueError("correctness_weight must be positive")
         self.correctness, self.terms = correctness, tuple(terms)
@@ -64,6 +72,7 @@ def compose(correctness: RewardFn, terms=(), **kw) -> Composite:
 
 # -------------------------------------------------------------------------------- format terms
 
+
 def boxed_format(completion: str, stopped: bool, reference: str) -> float:
     """1.0 when the completion gives exactly one \\boxed{...} answer and ends soon after it."""
     boxes = [m.start() for m in re.finditer(r"\\boxed\s*\{", completion)]
@@ -85,6 +94,8 @@ def code_block_format(completion: str, stopped: bool, reference: str) -> float:
 def length_overflow(max_chars: int) -> RewardFn:
     """0 up to `max_chars`, then 1 per further `max_chars` characters: an ungated penalty with a
     negative weight, e.g. Term("length", length_overflow(2000), -0.1, gated=False)."""
+
     def overflow(completion: str, stopped: bool, reference: str) -> float:
         return max(0, len(completion) - max_chars) / max_chars
+
     return overflow

@@ -52,7 +52,7 @@ def parse(text: str) -> Node:
     while pos < len(text):
         m = _TOKEN.match(text, pos)
         if not m or m.end() == pos:
-            raise ExprError(f"unexpected {text[pos:pos + 10]!r}")
+            raise ExprError(f"unexpected {text[pos : pos + 10]!r}")
         pos = m.end()
         number, op, name = m.groups()
         if number is not None:

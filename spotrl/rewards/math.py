@@ -42,7 +42,7 @@ def _braced(text: str, start: int) -> tuple[str, int] | None:
         elif text[i] == "}":
             depth -= 1
             if depth == 0:
-                return text[start + 1:i], i + 1
+                return text[start + 1 : i], i + 1
     return None
 
 
@@ -54,7 +54,7 @@ def last_boxed(text: str) -> str | None:
             if group is not None:
                 best = group[0]
         else:
-            tail = re.match(r"\s*([^\s$]+)", text[m.end():])
+            tail = re.match(r"\s*([^\s$]+)", text[m.end() :])
             if tail:
                 best = tail.group(1)
     return best
@@ -70,7 +70,7 @@ def extract_answer(text: str) -> str | None:
         return hashes[-1].strip()
     stated = list(_ANSWER_IS.finditer(text))
     if stated:
-        line = text[stated[-1].end():].split("\n", 1)[0].strip()
+        line = text[stated[-1].end() :].split("\n", 1)[0].strip()
         line = re.sub(r"[.\s]+$", "", line)
         if line:
             return line
@@ -95,7 +95,7 @@ def _replace_braced(text: str, command: str, render) -> str:
         if not m:
             out.append(text[i:])
             return "".join(out)
-        out.append(text[i:m.start()])
+        out.append(text[i : m.start()])
         j, args = m.end(), []
         for _ in range(arity):
             while j < len(text) and text[j] == " ":
@@ -114,7 +114,7 @@ def _replace_braced(text: str, command: str, render) -> str:
         if len(args) == arity:
             out.append(render(*args))
         else:
-            out.append(text[m.start():j])
+            out.append(text[m.start() : j])
         i = j
 
 
@@ -148,6 +148,7 @@ def normalise(answer: str) -> str:
 
 
 # ---------------------------------------------------------------------------------- equivalence
+
 
 def _split_top(s: str) -> list[str]:
     parts, depth, cur = [], 0, []

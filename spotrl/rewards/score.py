@@ -14,7 +14,9 @@ def score(verifier: str, completions: list[str], stopped, answers: list[str], wo
     (for verifiers that wait on other processes, like the code sandbox). An exception of a
     verifier (a sandbox failure) propagates: nothing is scored 0 for it."""
     if not len(completions) == len(stopped) == len(answers):
-        raise ValueError(f"lengths differ: {len(completions)} completions, {len(stopped)} flags, {len(answers)} answers")
+        raise ValueError(
+            f"lengths differ: {len(completions)} completions, {len(stopped)} flags, {len(answers)} answers"
+        )
     verify = get_verifier(verifier)
     items = list(zip(completions, (bool(s) for s in stopped), answers))
     if workers <= 1 or len(items) <= 1:

@@ -4,7 +4,7 @@ A problem (`spotrl.problems.Problem.verifier`) names the one that checks its com
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from spotrl.registry import Registry
 

@@ -22,7 +22,7 @@ steps. An advantage name is one of either registry ("gae" only has a per-token f
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp

@@ -21,8 +21,9 @@ class TrainingBatch:
     warning: str | None = None  # a short batch under dynamic sampling, for the caller to log
 
 
-def training_batch(frame: pd.DataFrame, iteration: int, *, group_size: int, prompts: int, max_staleness: int,
-                   dynamic_sampling: bool) -> TrainingBatch:
+def training_batch(
+    frame: pd.DataFrame, iteration: int, *, group_size: int, prompts: int, max_staleness: int, dynamic_sampling: bool
+) -> TrainingBatch:
     """The rows to train on at `iteration`, padded with inert rows to `prompts * group_size`.
 
     Rollouts sampled with weights older than `iteration - 1 - max_staleness` are dropped (the
@@ -37,11 +38,17 @@ def training_batch(frame: pd.DataFrame, iteration: int, *, group_size: int, prom
     warning = None
     if dynamic_sampling:
         kept, dropped = fill_batch_with_signal(grouped, prompts)
-        info.update(groups_generated=len(grouped), groups_dropped=dropped, groups_trained=len(kept),
-                    batch_short_groups=prompts - len(kept))
+        info.update(
+            groups_generated=len(grouped),
+            groups_dropped=dropped,
+            groups_trained=len(kept),
+            batch_short_groups=prompts - len(kept),
+        )
         if len(kept) < prompts:
-            warning = (f"dynamic sampling: only {len(kept)} of {prompts} groups had signal after {len(grouped)} "
-                       f"generated; training on {len(kept)} (the rest is padding)")
+            warning = (
+                f"dynamic sampling: only {len(kept)} of {prompts} groups had signal after {len(grouped)} "
+                f"generated; training on {len(kept)} (the rest is padding)"
+            )
     else:
         kept = list(range(min(len(grouped), prompts)))
     batch = frame.iloc[[g * group_size + i for g in kept for i in range(group_size)]].reset_index(drop=True)

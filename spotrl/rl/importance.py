@@ -16,9 +16,13 @@ def importance_statistics(prox_logprobs, behaviour_logprobs, mask, cap: float) -
     if diff.size == 0:
         return {}
     ratio = np.exp(diff)
-    return {"logprob_max_abs_diff": float(np.abs(diff).max()), "importance_ratio_mean": float(ratio.mean()),
-            "importance_ratio_min": float(ratio.min()), "importance_ratio_max": float(ratio.max()),
-            "importance_truncated_frac": float((ratio > cap).mean())}
+    return {
+        "logprob_max_abs_diff": float(np.abs(diff).max()),
+        "importance_ratio_mean": float(ratio.mean()),
+        "importance_ratio_min": float(ratio.min()),
+        "importance_ratio_max": float(ratio.max()),
+        "importance_truncated_frac": float((ratio > cap).mean()),
+    }
 
 
 def truncated_weights(prox_logprobs, behaviour_logprobs, mask, cap: float) -> np.ndarray:

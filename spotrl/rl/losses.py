@@ -17,7 +17,7 @@ tokens), advantages are [B] (one per sequence) or [B, N] (one per token).
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -74,9 +74,7 @@ def kl_k3(logprobs: jax.Array, ref_logprobs: jax.Array) -> jax.Array:
 # Each takes (per_token [B, N], mask [B, N] float, norm_constant) -> scalar. Rows without any valid
 # token (e.g. padding rows of a partly filled batch) are left out of per-sequence means.
 
-LOSS_AGGREGATIONS: Registry[Callable[[jax.Array, jax.Array, float | None], jax.Array]] = Registry(
-    "loss aggregation"
-)
+LOSS_AGGREGATIONS: Registry[Callable[[jax.Array, jax.Array, float | None], jax.Array]] = Registry("loss aggregation")
 
 
 def _masked_sum(per_token: jax.Array, mask: jax.Array) -> jax.Array:
@@ -262,8 +260,14 @@ def clipped_policy_loss(
     loss = -sum_t mask * min(r A, clip(r, 1-eps, 1+eps) A) / sum_t mask, with r = exp(logp - old).
     """
     return policy_loss(
-        logprobs, old_logprobs, advantages, mask,
-        ratio_level="token", clip_low=clip_eps, clip_high=clip_eps, aggregation="token_mean",
+        logprobs,
+        old_logprobs,
+        advantages,
+        mask,
+        ratio_level="token",
+        clip_low=clip_eps,
+        clip_high=clip_eps,
+        aggregation="token_mean",
     )
 
 
@@ -314,5 +318,6 @@ def explained_variance(values: jax.Array, returns: jax.Array, mask: jax.Array) -
         return masked_mean(jnp.square(x - mean), m)
 
     var_returns = var(returns)
-    return jnp.where(var_returns > 0, 1.0 - var(returns - values) / jnp.where(var_returns > 0, var_returns, 1.0),
-                     jnp.nan)
+    return jnp.where(
+        var_returns > 0, 1.0 - var(returns - values) / jnp.where(var_returns > 0, var_returns, 1.0), jnp.nan
+    )

@@ -88,6 +88,10 @@ def shaped_rewards(task_reward, lengths, overlong, max_new_tokens: int):
 def reward_summary(frame, group_size: int) -> dict:
     """Sums over a scored rollout shard (columns task_reward, reward, length) and its groups with signal."""
     grouped = frame["reward"].to_numpy().reshape(-1, group_size)
-    return {"reward_sum": float(frame["task_reward"].sum()), "shaped_reward_sum": float(frame["reward"].sum()),
-            "length_sum": int(frame["length"].sum()), "groups": len(grouped),
-            "groups_with_signal": int(np.asarray(groups_with_signal(grouped)).sum())}
+    return {
+        "reward_sum": float(frame["task_reward"].sum()),
+        "shaped_reward_sum": float(frame["reward"].sum()),
+        "length_sum": int(frame["length"].sum()),
+        "groups": len(grouped),
+        "groups_with_signal": int(np.asarray(groups_with_signal(grouped)).sum()),
+    }

@@ -16,8 +16,8 @@ import optax
 from flax import nnx
 
 from spotrl.model import sharding
-from spotrl.rl.losses import explained_variance, policy_loss, token_logprobs, value_loss
 from spotrl.model.transformer import forward
+from spotrl.rl.losses import explained_variance, policy_loss, token_logprobs, value_loss
 
 
 class RLBatch(NamedTuple):
@@ -55,10 +55,17 @@ def loss_spec(algorithm, max_new_tokens: int) -> LossSpec:
     if a.aggregation == "seq_mean_token_sum_norm" and norm is None:
         norm = float(max_new_tokens)  # Dr.GRPO: a constant, the generation budget
     return LossSpec(
-        ratio_level=a.ratio_level, clip_low=a.clip_low, clip_high=a.clip_high, dual_clip=a.dual_clip,
-        aggregation=a.aggregation, norm_constant=norm, kl_coef=0.0 if a.kl.in_reward else a.kl.coef,
-        kl_estimator=a.kl.estimator, entropy_coef=a.entropy_coef,
-        value_coef=a.value.coef if a.value.head != "none" else 0.0, value_clip=a.value.clip,
+        ratio_level=a.ratio_level,
+        clip_low=a.clip_low,
+        clip_high=a.clip_high,
+        dual_clip=a.dual_clip,
+        aggregation=a.aggregation,
+        norm_constant=norm,
+        kl_coef=0.0 if a.kl.in_reward else a.kl.coef,
+        kl_estimator=a.kl.estimator,
+        entropy_coef=a.entropy_coef,
+        value_coef=a.value.coef if a.value.head != "none" else 0.0,
+        value_clip=a.value.clip,
     )
 
 
@@ -91,9 +98,16 @@ _AGGREGATION_COUNTS = {
 
 
 @functools.lru_cache(maxsize=16)
-def build_rl_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation, spec: LossSpec, temperature: float,
-                  critic_graphdef: nnx.GraphDef | None = None, critic_tx: optax.GradientTransformation | None = None,
-                  micro_batches: int = 1, mesh: jax.sharding.Mesh | None = None):
+def build_rl_step(
+    graphdef: nnx.GraphDef,
+    tx: optax.GradientTransformation,
+    spec: LossSpec,
+    temperature: float,
+    critic_graphdef: nnx.GraphDef | None = None,
+    critic_tx: optax.GradientTransformation | None = None,
+    micro_batches: int = 1,
+    mesh: jax.sharding.Mesh | None = None,
+):
     """A jitted `(train_state, batch) -> (train_state, metrics)` step of the loss template.
 
     train_state: {"params", "opt_state"} plus {"critic", "critic_opt_state"} with a critic; it is
@@ -119,22 +133,35 @@ def build_rl_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation, spec
         logprobs, logits = completion_logprobs(model, batch.tokens, batch.valid, completion_len, temperature)
         mask = batch.valid[:, -completion_len:]
         loss, metrics = policy_loss(
-            logprobs, batch.old_logprobs, batch.advantages, mask, ratio_level=spec.ratio_level,
-            clip_low=spec.clip_low, clip_high=spec.clip_high, dual_clip=spec.dual_clip,
-            aggregation=spec.aggregation, norm_constant=spec.norm_constant,
-            ref_logprobs=batch.ref_logprobs if spec.kl_coef else None, kl_coef=spec.kl_coef,
-            kl_estimator=spec.kl_estimator, entropy=token_entropy(logits), entropy_coef=spec.entropy_coef,
+            logprobs,
+            batch.old_logprobs,
+            batch.advantages,
+            mask,
+            ratio_level=spec.ratio_level,
+            clip_low=spec.clip_low,
+            clip_high=spec.clip_high,
+            dual_clip=spec.dual_clip,
+            aggregation=spec.aggregation,
+            norm_constant=spec.norm_constant,
+            ref_logprobs=batch.ref_logprobs if spec.kl_coef else None,
+            kl_coef=spec.kl_coef,
+            kl_estimator=spec.kl_estimator,
+            entropy=token_entropy(logits),
+            entropy_coef=spec.entropy_coef,
             behaviour_weights=batch.behaviour_weights,
         )
         if weights is not None:
             loss = loss * weights["policy"]
         if critic_graphdef is not None:
-            values = completion_values(nnx.merge(critic_graphdef, critic_params), model, batch.tokens, batch.valid,
-                                       completion_len)
+            values = completion_values(
+                nnx.merge(critic_graphdef, critic_params), model, batch.tokens, batch.valid, completion_len
+            )
             v_loss, v_metrics = value_loss(values, batch.old_values, batch.returns, mask, clip=spec.value_clip)
             weighted_v_loss = v_loss if weights is None else v_loss * weights["tokens"]
             loss = loss + spec.value_coef * weighted_v_loss
-            metrics.update(v_metrics, value_loss=v_loss, explained_variance=explained_variance(values, batch.returns, mask))
+            metrics.update(
+                v_metrics, value_loss=v_loss, explained_variance=explained_variance(values, batch.returns, mask)
+            )
         return loss, metrics
 
     grad_fn = jax.value_and_grad(loss_fn, argnums=(0, 1), has_aux=True)
@@ -153,8 +180,9 @@ def build_rl_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation, spec
             metrics = {k: v * weights["policy" if k == "pg_loss" else "tokens"] for k, v in metrics.items()}
             return jax.tree.map(jnp.add, carry, (loss, metrics, grads)), None
 
-        zeros = jax.tree.map(jnp.zeros_like, jax.eval_shape(grad_fn, params, critic, jax.tree.map(lambda x: x[0], micro),
-                                                             totals))
+        zeros = jax.tree.map(
+            jnp.zeros_like, jax.eval_shape(grad_fn, params, critic, jax.tree.map(lambda x: x[0], micro), totals)
+        )
         (loss, metrics, grads), _ = jax.lax.scan(one, (zeros[0][0], zeros[0][1], zeros[1]), micro)
         return (loss, metrics), grads
 

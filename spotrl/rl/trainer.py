@@ -21,8 +21,19 @@ from spotrl.rl.warmstart import pretrained_start, supervised_warm_start
 from spotrl.rng import derive_numpy_rng, next_iteration_streams
 
 
-def update_on_batch(config, iteration: int, state: dict, batch: TrainingBatch, *, tokenizer, graphdef, optimizer,
-                    critic_graphdef=None, critic_optimizer=None, reference_params=None) -> tuple[dict, dict]:
+def update_on_batch(
+    config,
+    iteration: int,
+    state: dict,
+    batch: TrainingBatch,
+    *,
+    tokenizer,
+    graphdef,
+    optimizer,
+    critic_graphdef=None,
+    critic_optimizer=None,
+    reference_params=None,
+) -> tuple[dict, dict]:
     """(the train state after the update, its metrics with the alignment statistics) for `batch`.
 
     `reference_params`: the KL reference policy's weights, or None without a KL term.
@@ -47,13 +58,31 @@ def update_on_batch(config, iteration: int, state: dict, batch: TrainingBatch, *
     if r.max_staleness > 0:
         behaviour_weights = truncated_weights(prox_logprobs, behaviour_logprobs, real, a.importance_cap)
 
-    step_fn = build_rl_step(graphdef, optimizer, loss_spec(a, r.max_new_tokens), r.temperature,
-                            critic_graphdef, critic_optimizer, micro_batches=a.micro_batches)
+    step_fn = build_rl_step(
+        graphdef,
+        optimizer,
+        loss_spec(a, r.max_new_tokens),
+        r.temperature,
+        critic_graphdef,
+        critic_optimizer,
+        micro_batches=a.micro_batches,
+    )
     state, metrics = policy_update(
-        step_fn, state, prompt_tokens=prompt_tokens, prompt_valid=prompt_valid, tokens=tokens, lengths=lengths,
-        old_logprobs=prox_logprobs, rewards=frame["reward"].to_numpy(), spec=advantage_spec(a, r.group_size),
-        minibatches=a.minibatches, epochs=a.epochs, rng=derive_numpy_rng(config.seed, "minibatches", iteration),
-        real_rows=batch.real_rows, ref_logprobs=ref_logprobs, old_values=old_values,
+        step_fn,
+        state,
+        prompt_tokens=prompt_tokens,
+        prompt_valid=prompt_valid,
+        tokens=tokens,
+        lengths=lengths,
+        old_logprobs=prox_logprobs,
+        rewards=frame["reward"].to_numpy(),
+        spec=advantage_spec(a, r.group_size),
+        minibatches=a.minibatches,
+        epochs=a.epochs,
+        rng=derive_numpy_rng(config.seed, "minibatches", iteration),
+        real_rows=batch.real_rows,
+        ref_logprobs=ref_logprobs,
+        old_values=old_values,
         behaviour_weights=behaviour_weights,
     )
     metrics.update(alignment)
@@ -64,15 +93,31 @@ def starting_params(config, policy, tokenizer, prompts, answers, targets) -> tup
     """(the iteration-0 parameters, warm-start info): a checkpoint (`model.path`) is the starting
     policy as is; otherwise the supervised warm start on (prompts, answers, targets)."""
     start = pretrained_start if config.model.path else supervised_warm_start
-    return start(policy, tokenizer, get_problem(config.problem.name).verifier, prompts, answers, targets, config.warmstart,
-                 seed=config.seed, max_new_tokens=config.rollout.max_new_tokens)
+    return start(
+        policy,
+        tokenizer,
+        get_problem(config.problem.name).verifier,
+        prompts,
+        answers,
+        targets,
+        config.warmstart,
+        seed=config.seed,
+        max_new_tokens=config.rollout.max_new_tokens,
+    )
 
 
 def initial_metadata(config, data_sha256: str, warmstart: dict) -> dict:
     """The metadata of the iteration-0 checkpoint (the warm start)."""
-    return {"iteration": 0, "seed": config.seed, "data_cursor": 0, "data_sha256": data_sha256, "optimizer_steps": 0,
-            "rollout_weights_versions": [], "rng": next_iteration_streams(config.seed, 0, config.rollout.shards),
-            "warmstart": warmstart}
+    return {
+        "iteration": 0,
+        "seed": config.seed,
+        "data_cursor": 0,
+        "data_sha256": data_sha256,
+        "optimizer_steps": 0,
+        "rollout_weights_versions": [],
+        "rng": next_iteration_streams(config.seed, 0, config.rollout.shards),
+        "warmstart": warmstart,
+    }
 
 
 def checkpoint_metadata(config, iteration: int, before: dict, optimizer_steps: int, weights_versions) -> dict:

@@ -43,9 +43,13 @@ def advantage_spec(algorithm, group_size: int) -> AdvantageSpec:
     """The AdvantageSpec an `AlgorithmConfig` asks for."""
     a = algorithm
     return AdvantageSpec(
-        estimator=a.advantage, group_size=group_size, eps=a.advantage_eps,
-        kl_in_reward_coef=a.kl.coef if a.kl.in_reward else 0.0, kl_estimator=a.kl.estimator,
-        gamma=a.value.gamma, lam=a.value.lam,
+        estimator=a.advantage,
+        group_size=group_size,
+        eps=a.advantage_eps,
+        kl_in_reward_coef=a.kl.coef if a.kl.in_reward else 0.0,
+        kl_estimator=a.kl.estimator,
+        gamma=a.value.gamma,
+        lam=a.value.lam,
     )
 
 
@@ -53,21 +57,48 @@ def compute_advantages(spec: AdvantageSpec, rewards, mask, old_logprobs=None, re
     """Advantages ([B] or [B, N]) and value targets ([B, N], or None without a critic)."""
     rewards = jnp.asarray(rewards, jnp.float32)
     if not spec.per_token:
-        return ADVANTAGE_ESTIMATORS[spec.estimator](rewards.reshape(-1, spec.group_size), eps=spec.eps).reshape(-1), None
+        return ADVANTAGE_ESTIMATORS[spec.estimator](rewards.reshape(-1, spec.group_size), eps=spec.eps).reshape(
+            -1
+        ), None
     if spec.estimator not in PER_TOKEN_ADVANTAGE_ESTIMATORS:
-        raise ValueError(f"advantage {spec.estimator!r} has no per-token form (KL in the reward needs one of "
-                         f"{PER_TOKEN_ADVANTAGE_ESTIMATORS.names()})")
+        raise ValueError(
+            f"advantage {spec.estimator!r} has no per-token form (KL in the reward needs one of "
+            f"{PER_TOKEN_ADVANTAGE_ESTIMATORS.names()})"
+        )
     kl = None
     if spec.kl_in_reward_coef > 0:
         kl = KL_ESTIMATORS[spec.kl_estimator](jnp.asarray(old_logprobs), jnp.asarray(ref_logprobs))
     return PER_TOKEN_ADVANTAGE_ESTIMATORS[spec.estimator](
-        rewards, mask, group_size=spec.group_size, kl=kl, kl_coef=spec.kl_in_reward_coef, values=old_values,
-        gamma=spec.gamma, lam=spec.lam)
+        rewards,
+        mask,
+        group_size=spec.group_size,
+        kl=kl,
+        kl_coef=spec.kl_in_reward_coef,
+        values=old_values,
+        gamma=spec.gamma,
+        lam=spec.lam,
+    )
 
 
-def policy_update(step_fn, state: dict, *, prompt_tokens, prompt_valid, tokens, lengths, old_logprobs, rewards,
-                  spec: AdvantageSpec, minibatches: int, epochs: int, rng: np.random.Generator,
-                  real_rows: int | None = None, ref_logprobs=None, old_values=None, behaviour_weights=None):
+def policy_update(
+    step_fn,
+    state: dict,
+    *,
+    prompt_tokens,
+    prompt_valid,
+    tokens,
+    lengths,
+    old_logprobs,
+    rewards,
+    spec: AdvantageSpec,
+    minibatches: int,
+    epochs: int,
+    rng: np.random.Generator,
+    real_rows: int | None = None,
+    ref_logprobs=None,
+    old_values=None,
+    behaviour_weights=None,
+):
     """Returns (train state, metrics averaged over the optimizer steps)."""
     rows = len(rewards)
     real_rows = rows if real_rows is None else real_rows
@@ -77,8 +108,14 @@ def policy_update(step_fn, state: dict, *, prompt_tokens, prompt_valid, tokens, 
     rewards = np.asarray(rewards, np.float32)
 
     take_real = lambda x: None if x is None else np.asarray(x)[:real_rows]  # noqa: E731
-    advantages, returns = compute_advantages(spec, rewards[:real_rows], mask[:real_rows], take_real(old_logprobs),
-                                             take_real(ref_logprobs), take_real(old_values))
+    advantages, returns = compute_advantages(
+        spec,
+        rewards[:real_rows],
+        mask[:real_rows],
+        take_real(old_logprobs),
+        take_real(ref_logprobs),
+        take_real(old_values),
+    )
     advantages = _pad_rows(np.asarray(advantages), rows)
     returns = None if returns is None else _pad_rows(np.asarray(returns), rows)
 
@@ -89,10 +126,20 @@ def policy_update(step_fn, state: dict, *, prompt_tokens, prompt_valid, tokens, 
         order = rng.permutation(rows)
         for m in range(minibatches):
             take = order[m * size : (m + 1) * size]
-            pick = lambda x: None if x is None else np.asarray(x)[take]  # noqa: E731
-            batch = RLBatch(all_tokens[take], all_valid[take], pick(old_logprobs), advantages[take],
-                            ref_logprobs=pick(ref_logprobs), old_values=pick(old_values), returns=pick(returns),
-                            behaviour_weights=pick(behaviour_weights))
+
+            def pick(x, take=take):
+                return None if x is None else np.asarray(x)[take]
+
+            batch = RLBatch(
+                all_tokens[take],
+                all_valid[take],
+                pick(old_logprobs),
+                advantages[take],
+                ref_logprobs=pick(ref_logprobs),
+                old_values=pick(old_values),
+                returns=pick(returns),
+                behaviour_weights=pick(behaviour_weights),
+            )
             state, metrics = step_fn(state, batch)
             history.append(metrics)
     history = jax.device_get(history)

@@ -11,14 +11,25 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from spotrl.model import sequences
 from spotrl.evaluation.evaluate import greedy_accuracy
-from spotrl.rng import derive_numpy_rng
+from spotrl.model import sequences
 from spotrl.rl.train_step import build_sft_step, make_optimizer
+from spotrl.rng import derive_numpy_rng
 
 
-def supervised_warm_start(policy, tokenizer, verifier: str, prompts: list[str], answers: list[str],
-                          targets: list[str], cfg, *, seed: int, max_new_tokens: int, log=print):
+def supervised_warm_start(
+    policy,
+    tokenizer,
+    verifier: str,
+    prompts: list[str],
+    answers: list[str],
+    targets: list[str],
+    cfg,
+    *,
+    seed: int,
+    max_new_tokens: int,
+    log=print,
+):
     """Returns (params as nnx.State, info) after training until greedy accuracy >= cfg.target_greedy_accuracy."""
     # a copy: the step donates its inputs, and the policy's initial state serves as a template later
     state = jax.tree.map(jnp.copy, policy.init_state)
@@ -31,13 +42,17 @@ def supervised_warm_start(policy, tokenizer, verifier: str, prompts: list[str], 
     while steps < cfg.max_steps:
         rows = rng.integers(0, len(prompts), size=cfg.batch_size)
         prompt_tokens, prompt_valid = tokenizer.encode_batch_left_padded([prompts[i] for i in rows])
-        target_tokens, target_lengths = sequences.encode_completions(tokenizer, [targets[i] for i in rows], max_new_tokens)
+        target_tokens, target_lengths = sequences.encode_completions(
+            tokenizer, [targets[i] for i in rows], max_new_tokens
+        )
         tokens, valid = sequences.join(prompt_tokens, prompt_valid, target_tokens, target_lengths)
-        target_mask = np.concatenate([np.zeros_like(prompt_valid), valid[:, prompt_tokens.shape[1]:]], axis=1)
+        target_mask = np.concatenate([np.zeros_like(prompt_valid), valid[:, prompt_tokens.shape[1] :]], axis=1)
         state, opt_state, loss = step_fn(state, opt_state, tokens, valid, target_mask)
         steps += 1
         if steps % cfg.check_every == 0:
-            accuracy = greedy_accuracy(policy.graphdef, state, tokenizer, verifier, check_prompts, check_answers, max_new_tokens)
+            accuracy = greedy_accuracy(
+                policy.graphdef, state, tokenizer, verifier, check_prompts, check_answers, max_new_tokens
+            )
             log(f"warm start step {steps}: loss {float(loss):.3f}, greedy accuracy {accuracy:.1%}")
             if accuracy >= cfg.target_greedy_accuracy:
                 break
@@ -49,8 +64,18 @@ def _check_set(rng, prompts, answers, size: int) -> tuple[list, list]:
     return [prompts[i] for i in check], [answers[i] for i in check]
 
 
-def pretrained_start(policy, tokenizer, verifier: str, prompts: list[str], answers: list[str], targets: list[str], cfg,
-                     *, seed: int, max_new_tokens: int):
+def pretrained_start(
+    policy,
+    tokenizer,
+    verifier: str,
+    prompts: list[str],
+    answers: list[str],
+    targets: list[str],
+    cfg,
+    *,
+    seed: int,
+    max_new_tokens: int,
+):
     """The starting point of a run from a pretrained checkpoint: its own parameters, no supervised steps
     (`targets`, the reference completions, are not used: the signature is supervised_warm_start's).
 
@@ -60,7 +85,8 @@ def pretrained_start(policy, tokenizer, verifier: str, prompts: list[str], answe
     greedy accuracy on the same check prompts is still measured and reported.
     """
     check_prompts, check_answers = _check_set(derive_numpy_rng(seed, "warmstart"), prompts, answers, cfg.check_prompts)
-    accuracy = greedy_accuracy(policy.graphdef, policy.init_state, tokenizer, verifier, check_prompts, check_answers,
-                               max_new_tokens)
+    accuracy = greedy_accuracy(
+        policy.graphdef, policy.init_state, tokenizer, verifier, check_prompts, check_answers, max_new_tokens
+    )
     # a copy: the RL step donates its inputs, and the initial state serves as a template later
     return jax.tree.map(jnp.copy, policy.init_state), {"steps": 0, "greedy_accuracy": accuracy}

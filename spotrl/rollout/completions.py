@@ -64,11 +64,12 @@ def sample_completions(
         chunk_key = jax.random.fold_in(key, index)
         if shared_prefill:
             heads = take[::group_size]  # the first row of every group: one per prompt
-            out = generate_groups(graphdef, state, prompt_tokens[heads], prompt_valid[heads], chunk_key, sampling,
-                                  group_size)
+            out = generate_groups(
+                graphdef, state, prompt_tokens[heads], prompt_valid[heads], chunk_key, sampling, group_size
+            )
         else:
             out = generate(graphdef, state, prompt_tokens[take], prompt_valid[take], chunk_key, sampling)
-        parts.append(jax.tree.map(lambda x: np.asarray(x)[: stop - start], out))
+        parts.append(jax.tree.map(lambda x, rows=stop - start: np.asarray(x)[:rows], out))
     tokens = np.concatenate([p.tokens for p in parts])
     lengths = np.concatenate([p.lengths for p in parts])
     stopped = np.asarray(is_stop(tokens[np.arange(len(rows)), np.maximum(lengths - 1, 0)], sampling))
@@ -94,15 +95,17 @@ def completions_frame(prompts, completions: Completions, group_size: int, weight
     """A rollout shard: one row per completion, `group_size` rows per prompt. `prompts` has the
     columns id, prompt and answer (a DataFrame or a datasets.Dataset)."""
     repeat = lambda column: [v for v in prompts[column] for _ in range(group_size)]  # noqa: E731
-    return pd.DataFrame({
-        "prompt_id": repeat("id"),
-        "prompt": repeat("prompt"),
-        "answer": repeat("answer"),
-        "sample": np.tile(np.arange(group_size), len(prompts)),
-        "completion": completions.texts,
-        "tokens": list(completions.tokens),
-        "logprobs": list(completions.logprobs),
-        "length": completions.lengths,
-        "stopped": completions.stopped,
-        "weights_version": weights_version,
-    })
+    return pd.DataFrame(
+        {
+            "prompt_id": repeat("id"),
+            "prompt": repeat("prompt"),
+            "answer": repeat("answer"),
+            "sample": np.tile(np.arange(group_size), len(prompts)),
+            "completion": completions.texts,
+            "tokens": list(completions.tokens),
+            "logprobs": list(completions.logprobs),
+            "length": completions.lengths,
+            "stopped": completions.stopped,
+            "weights_version": weights_version,
+        }
+    )

@@ -139,13 +139,17 @@ def _generate(graphdef, state, prompt_tokens, prompt_valid, key, params: Samplin
 
 
 @partial(jax.jit, static_argnames=("graphdef", "params", "group_size"))
-def _generate_groups(graphdef, state, prompt_tokens, prompt_valid, key, params: SamplingParams,
-                     group_size: int) -> SampleOutput:
+def _generate_groups(
+    graphdef, state, prompt_tokens, prompt_valid, key, params: SamplingParams, group_size: int
+) -> SampleOutput:
     model = nnx.merge(graphdef, state)
     logits, cache, key_valid, next_pos = _prefill(model, prompt_tokens, prompt_valid, params.max_new_tokens)
+
     # every prompt's prefilled cache, last logits and positions serve all group_size samples of its
     # group: row r of the batch is sample r % group_size of prompt r // group_size
-    repeat = lambda x: jnp.repeat(x, group_size, axis=0)
+    def repeat(x):
+        return jnp.repeat(x, group_size, axis=0)
+
     logits, cache, key_valid, next_pos = jax.tree.map(repeat, (logits, cache, key_valid, next_pos))
     return _decode(model, logits, cache, key_valid, next_pos, key, params, prompt_tokens.shape[1])
 
@@ -159,7 +163,9 @@ def generate(
     params: SamplingParams,
 ) -> SampleOutput:
     """Sample continuations of left-padded prompts [B, P] (prompt_valid marks real tokens)."""
-    return _generate(graphdef, state, jnp.asarray(prompt_tokens, jnp.int32), jnp.asarray(prompt_valid, bool), key, params)
+    return _generate(
+        graphdef, state, jnp.asarray(prompt_tokens, jnp.int32), jnp.asarray(prompt_valid, bool), key, params
+    )
 
 
 def generate_groups(
@@ -180,8 +186,15 @@ def generate_groups(
     """
     if group_size < 1:
         raise ValueError(f"group_size must be >= 1, got {group_size}")
-    return _generate_groups(graphdef, state, jnp.asarray(prompt_tokens, jnp.int32), jnp.asarray(prompt_valid, bool),
-                            key, params, int(group_size))
+    return _generate_groups(
+        graphdef,
+        state,
+        jnp.asarray(prompt_tokens, jnp.int32),
+        jnp.asarray(prompt_valid, bool),
+        key,
+        params,
+        int(group_size),
+    )
 
 
 def jit_cache_sizes() -> dict[str, int]:

@@ -1,7 +1,8 @@
 """Train-state checkpoints with orbax: arrays through StandardSave, run metadata as JSON.
 
 One directory per iteration, `iter_000005/`. orbax writes it under a temporary name and commits it
-by rename (and writes commit_success.txt, which `committed` checks); we then *seal* it: `iter_000005.sealed.json` lists the sha256 of every file. Only sealed
+by rename (and writes commit_success.txt, which `committed` checks); we then *seal* it:
+`iter_000005.sealed.json` lists the sha256 of every file. Only sealed
 checkpoints are restored, and a restore verifies the checksums first, so neither a checkpoint killed
 mid-write nor a corrupted one is ever read. The metadata holds everything that is not an array and
 decides the future of the run: iteration, weights version, data cursor, seed.

@@ -35,8 +35,9 @@ def _holder_text() -> str:
 
 
 def _body(ttl: float) -> bytes:
-    return json.dumps({"holder": _holder_text(), "pid": os.getpid(), "host": socket.gethostname(),
-                       "expires_unix": time.time() + ttl}).encode()
+    return json.dumps(
+        {"holder": _holder_text(), "pid": os.getpid(), "host": socket.gethostname(), "expires_unix": time.time() + ttl}
+    ).encode()
 
 
 def _pid_alive(pid: int) -> bool:
@@ -67,8 +68,9 @@ def _acquire(path: RemotePath, ttl: float) -> int:
                 lease = {}  # not ours or damaged: treat as expired
             if not _stale(lease):
                 left = lease["expires_unix"] - time.time()
-                raise LeaseHeld(f"{lease.get('holder', 'another process')} (lease {path}, expires in {left:.0f} s "
-                                "unless renewed)")
+                raise LeaseHeld(
+                    f"{lease.get('holder', 'another process')} (lease {path}, expires in {left:.0f} s unless renewed)"
+                )
         taken = put_if_generation(path, _body(ttl), seen)
         if taken is not None:
             return taken

@@ -32,7 +32,7 @@ class StorageError(RuntimeError):
     pass
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def filesystem(protocol: str):
     return fsspec.filesystem(protocol, use_listings_cache=False)
 
@@ -64,13 +64,13 @@ class RemotePath:
     def __eq__(self, other) -> bool:
         return isinstance(other, RemotePath) and other.url == self.url
 
-    def __lt__(self, other: "RemotePath") -> bool:
+    def __lt__(self, other: RemotePath) -> bool:
         return self.url < other.url
 
     def __hash__(self) -> int:
         return hash(self.url)
 
-    def __truediv__(self, part) -> "RemotePath":
+    def __truediv__(self, part) -> RemotePath:
         return RemotePath(f"{self.url}/{str(part).strip('/')}")
 
     @property
@@ -78,25 +78,25 @@ class RemotePath:
         return self.key.rsplit("/", 1)[-1]
 
     @property
-    def parent(self) -> "RemotePath":
+    def parent(self) -> RemotePath:
         return RemotePath(f"{self.protocol}://{self.key.rsplit('/', 1)[0]}")
 
     @property
     def bucket(self) -> str:
         return self.key.split("/", 1)[0]
 
-    def with_name(self, name: str) -> "RemotePath":
+    def with_name(self, name: str) -> RemotePath:
         return self.parent / name
 
-    def relative_to(self, other: "RemotePath") -> PurePosixPath:
+    def relative_to(self, other: RemotePath) -> PurePosixPath:
         if not self.key.startswith(other.key + "/"):
             raise ValueError(f"{self} is not under {other}")
-        return PurePosixPath(self.key[len(other.key) + 1:])
+        return PurePosixPath(self.key[len(other.key) + 1 :])
 
-    def resolve(self) -> "RemotePath":
+    def resolve(self) -> RemotePath:
         return self
 
-    def _child(self, key: str) -> "RemotePath":
+    def _child(self, key: str) -> RemotePath:
         return RemotePath(f"{self.protocol}://{key}")
 
     # --- queries -----------------------------------------------------------------------------------
@@ -109,15 +109,17 @@ class RemotePath:
     def is_file(self) -> bool:
         return self.fs.isfile(self.key)
 
-    def iterdir(self) -> list["RemotePath"]:
+    def iterdir(self) -> list[RemotePath]:
         if not self.fs.exists(self.key):
             return []
-        return [self._child(k.rstrip("/")) for k in sorted(self.fs.ls(self.key, detail=False)) if k.rstrip("/") != self.key]
+        return [
+            self._child(k.rstrip("/")) for k in sorted(self.fs.ls(self.key, detail=False)) if k.rstrip("/") != self.key
+        ]
 
-    def glob(self, pattern: str) -> list["RemotePath"]:
+    def glob(self, pattern: str) -> list[RemotePath]:
         return [self._child(k) for k in sorted(self.fs.glob(f"{self.key}/{pattern}"))]
 
-    def rglob(self, pattern: str) -> list["RemotePath"]:
+    def rglob(self, pattern: str) -> list[RemotePath]:
         """Files under this prefix whose name matches (object stores have files only)."""
         return [p for p in files_under(self) if fnmatch.fnmatch(p.name, pattern)]
 
@@ -255,9 +257,15 @@ def put_if_generation(path: RemotePath, data: bytes, expected: int) -> int | Non
     """
     fs = path.fs
     try:
-        _, body = fs.call("POST", f"{fs._location}/upload/storage/v1/b/{quote(path.bucket, safe='')}/o",
-                          uploadType="media", name=path.key.split("/", 1)[1], ifGenerationMatch=str(expected),
-                          data=data, headers={"Content-Type": "application/octet-stream"})
+        _, body = fs.call(
+            "POST",
+            f"{fs._location}/upload/storage/v1/b/{quote(path.bucket, safe='')}/o",
+            uploadType="media",
+            name=path.key.split("/", 1)[1],
+            ifGenerationMatch=str(expected),
+            data=data,
+            headers={"Content-Type": "application/octet-stream"},
+        )
     except FileExistsError:  # gcsfs's name for 412 Precondition Failed
         return None
     return int(json.loads(body)["generation"])

@@ -26,7 +26,12 @@ def quarantine(run_dir: AnyPath, path: AnyPath, reason: str) -> AnyPath:
         dest = dest.with_name(f"{relative.name}.{n}")
     dest.parent.mkdir(parents=True, exist_ok=True)
     move(path, dest)
-    record = {"path": str(relative), "moved_to": str(dest.relative_to(run_dir)), "reason": reason, "unix_time": time.time()}
+    record = {
+        "path": str(relative),
+        "moved_to": str(dest.relative_to(run_dir)),
+        "reason": reason,
+        "unix_time": time.time(),
+    }
     append_line(run_dir / QUARANTINE / "log.jsonl", json.dumps(record))
     return dest
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+
 import pandas as pd
 
 from spotrl.storage.atomic import atomic_write_bytes, sha256_file
@@ -43,7 +44,9 @@ def find_shard(root: str | AnyPath, iteration: int, shard: int, kind: str) -> An
     """The shard file of (iteration, shard, kind); FileNotFoundError names what is missing."""
     found = sorted(iteration_dir(root, iteration).glob(f"{kind}_{shard:03d}.*.parquet"))
     if len(found) != 1:
-        raise FileNotFoundError(f"{iteration_dir(root, iteration)}: expected one {kind} shard {shard}, found {len(found)}")
+        raise FileNotFoundError(
+            f"{iteration_dir(root, iteration)}: expected one {kind} shard {shard}, found {len(found)}"
+        )
     return found[0]
 
 

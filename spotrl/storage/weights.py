@@ -12,7 +12,8 @@ A version without its manifest was killed mid-write: it is invisible to readers 
 the next publish. A single object (or a local file through os.replace) is replaced atomically, so
 LATEST never shows a partial value, and it only moves forward: on an object store the flip is a
 compare-and-swap on LATEST's generation, so of two publishers racing, the one that read a LATEST
-that has meanwhile changed loses its write, reads again, and only writes if it is still newer. Retention keeps the newest `keep`
+that has meanwhile changed loses its write, reads again, and only writes if it is still newer.
+Retention keeps the newest `keep`
 versions, the pinned ones (a KL reference), and any version under an unexpired lease.
 """
 
@@ -25,8 +26,8 @@ import time
 from pathlib import Path
 
 import fsspec
-from fsspec.implementations.local import LocalFileSystem
 import numpy as np
+from fsspec.implementations.local import LocalFileSystem
 from safetensors.numpy import load as load_bytes
 from safetensors.numpy import save as save_bytes
 
@@ -45,7 +46,9 @@ class WeightStoreError(RuntimeError):
 
 
 class WeightStore:
-    def __init__(self, root: str | Path, keep: int = 3, pinned: tuple[int, ...] = (), storage_options: dict | None = None):
+    def __init__(
+        self, root: str | Path, keep: int = 3, pinned: tuple[int, ...] = (), storage_options: dict | None = None
+    ):
         self.url = str(root)
         if storage_options:
             self.fs, self.path = fsspec.core.url_to_fs(self.url, **storage_options)
@@ -94,7 +97,7 @@ class WeightStore:
         except Exception as err:  # noqa: BLE001
             raise WeightStoreError(f"{self.url}: cannot list: {type(err).__name__}: {err}") from err
         base = self.path.rstrip("/") + "/"
-        return [f[len(base):] for f in (str(x) for x in found) if f.startswith(base)]
+        return [f[len(base) :] for f in (str(x) for x in found) if f.startswith(base)]
 
     # --- versions --------------------------------------------------------------------------------
     def _version_files(self) -> dict[int, set[str]]:
@@ -133,8 +136,13 @@ class WeightStore:
             data = save_bytes(flat)
             name = f"v{version:06d}"
             self._write(data, name, WEIGHTS_FILE)
-            manifest = {"version": version, "sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data),
-                        "tensors": len(flat), **(extra or {})}
+            manifest = {
+                "version": version,
+                "sha256": hashlib.sha256(data).hexdigest(),
+                "bytes": len(data),
+                "tensors": len(flat),
+                **(extra or {}),
+            }
             self._write((json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode(), name, MANIFEST)
         failpoint("publish.flip", version)
         self._advance_latest(version)
@@ -167,7 +175,9 @@ class WeightStore:
         try:
             return json.loads(self._read(f"v{version:06d}", MANIFEST))
         except FileNotFoundError:
-            raise WeightStoreError(f"weight version {version} not found at {self._where(f'v{version:06d}', MANIFEST)}") from None
+            raise WeightStoreError(
+                f"weight version {version} not found at {self._where(f'v{version:06d}', MANIFEST)}"
+            ) from None
 
     def ref(self, version: int) -> dict:
         """The reference the flow passes around for a published version (a Prefect cache-key input)."""
@@ -180,7 +190,9 @@ class WeightStore:
         except FileNotFoundError:
             raise WeightStoreError(f"{self._where(f'v{version:06d}', WEIGHTS_FILE)}: missing") from None
         if hashlib.sha256(data).hexdigest() != expected:
-            raise WeightStoreError(f"{self._where(f'v{version:06d}', WEIGHTS_FILE)}: checksum mismatch with its manifest")
+            raise WeightStoreError(
+                f"{self._where(f'v{version:06d}', WEIGHTS_FILE)}: checksum mismatch with its manifest"
+            )
         return data
 
     def digest(self, version: int | None = None) -> str:
@@ -202,8 +214,10 @@ class WeightStore:
         deadline = time.monotonic() + timeout
         while version not in self.versions():
             if time.monotonic() >= deadline:
-                raise WeightStoreError(f"{self.url}: weight version {version} not published after {timeout:g} s "
-                                       f"(newest: {self.latest()}); is the trainer running?")
+                raise WeightStoreError(
+                    f"{self.url}: weight version {version} not published after {timeout:g} s "
+                    f"(newest: {self.latest()}); is the trainer running?"
+                )
             time.sleep(poll)
 
     def resolve(self, version: int | None) -> int:

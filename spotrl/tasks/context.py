@@ -17,14 +17,14 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from spotrl.problems import get_problem
-from spotrl.curation.store import load_split
 from spotrl.config import RunConfig
+from spotrl.curation.store import load_split
+from spotrl.model.critic import Critic
 from spotrl.model.hf.loader import build_policy
 from spotrl.model.memory import memory_estimate, memory_summary
-from spotrl.rollout.sampler import SamplingParams
-from spotrl.model.critic import Critic
+from spotrl.problems import get_problem
 from spotrl.rl.train_step import make_optimizer
+from spotrl.rollout.sampler import SamplingParams
 from spotrl.storage.checkpoints import CheckpointStore
 from spotrl.storage.lease import worker_id
 from spotrl.storage.paths import AnyPath, as_path
@@ -63,8 +63,9 @@ class RunContext:
         if value.head != "none":
             critic = Critic(cfg.model, separate=value.head == "separate", rngs=nnx.Rngs(cfg.seed + 1))
             self.critic_graphdef, self.critic_init_state = nnx.split(critic)
-            self.critic_optimizer = make_optimizer(value.learning_rate, 0.0, cfg.optimizer.b1, cfg.optimizer.b2,
-                                                   cfg.optimizer.grad_clip)
+            self.critic_optimizer = make_optimizer(
+                value.learning_rate, 0.0, cfg.optimizer.b1, cfg.optimizer.b2, cfg.optimizer.grad_clip
+            )
         # the reference policy of a KL term is the warm-start policy: weight version 0, kept forever
         self.reference_version = 0 if cfg.algorithm.kl.coef > 0 else None
         pinned = () if self.reference_version is None else (self.reference_version,)
@@ -105,9 +106,14 @@ class RunContext:
             prompt_tokens = self.tokenizer.encode_batch_left_padded([longest])[0].shape[1]
         else:
             prompt_tokens = 512  # an assumption, said in the summary
-        estimate = memory_estimate(cfg.model, rollout_rows=cfg.rollout.prompts_per_iteration * cfg.rollout.group_size,
-                                   minibatches=cfg.algorithm.minibatches, prompt_tokens=prompt_tokens,
-                                   new_tokens=cfg.rollout.max_new_tokens, reference=cfg.algorithm.kl.coef > 0)
+        estimate = memory_estimate(
+            cfg.model,
+            rollout_rows=cfg.rollout.prompts_per_iteration * cfg.rollout.group_size,
+            minibatches=cfg.algorithm.minibatches,
+            prompt_tokens=prompt_tokens,
+            new_tokens=cfg.rollout.max_new_tokens,
+            reference=cfg.algorithm.kl.coef > 0,
+        )
         return memory_summary(cfg.model, estimate, prompt_tokens)
 
     def initial_train_state(self, params) -> dict:

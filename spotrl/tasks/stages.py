@@ -16,18 +16,18 @@ import pandas as pd
 from prefect import task
 from prefect.cache_policies import INPUTS, TASK_SOURCE, CacheKeyFnPolicy
 
+from spotrl.config import RunConfig
 from spotrl.curation import curriculum, rundata
 from spotrl.curation.batches import rollout_rows
-from spotrl.faults import failpoint
-from spotrl.config import RunConfig
 from spotrl.evaluation.evaluate import difficulty_sampler, evaluate_pass_at_k
+from spotrl.faults import failpoint
+from spotrl.rewards.sandbox.runner import SandboxError, SandboxUnavailable
+from spotrl.rewards.score import score
 from spotrl.rl.batch import training_batch
 from spotrl.rl.shaping import reward_summary, shaped_rewards
 from spotrl.rl.trainer import checkpoint_metadata, initial_metadata, starting_params, update_on_batch
 from spotrl.rng import derive_key
 from spotrl.rollout.completions import completions_frame, rollout_key, sample_completions
-from spotrl.rewards.sandbox.runner import SandboxError, SandboxUnavailable
-from spotrl.rewards.score import score
 from spotrl.storage.lease import worker_id
 from spotrl.storage.rollouts import read_shard, write_shard
 from spotrl.tasks.context import get_context
@@ -88,17 +88,38 @@ def difficulty(config: RunConfig, run_dir: str, iteration: int, weights_version:
     version's weights are deterministic, and an old version may be gone when a resumed run asks."""
     ctx = get_context(run_dir, config)
     r = config.rollout  # batches of a rollout shard's size: the sampler compiled for rollouts serves
-    sampler = difficulty_sampler(ctx.policy.graphdef, lambda: ctx.pull(weights_version), ctx.tokenizer,
-                                 ctx.problem.verifier, ctx.sampling(r.temperature),
-                                 derive_key(config.seed, "difficulty", weights_version), config.problem.verify_workers)
-    return curriculum.estimate_for_iteration(ctx.run_dir, ctx.split("train").to_pandas(), iteration, weights_version,
-                                             sampler, config.curation.difficulty, config.seed,
-                                             -(-r.prompts_per_iteration // r.shards), r.prompts_per_iteration)
+    sampler = difficulty_sampler(
+        ctx.policy.graphdef,
+        lambda: ctx.pull(weights_version),
+        ctx.tokenizer,
+        ctx.problem.verifier,
+        ctx.sampling(r.temperature),
+        derive_key(config.seed, "difficulty", weights_version),
+        config.problem.verify_workers,
+    )
+    return curriculum.estimate_for_iteration(
+        ctx.run_dir,
+        ctx.split("train").to_pandas(),
+        iteration,
+        weights_version,
+        sampler,
+        config.curation.difficulty,
+        config.seed,
+        -(-r.prompts_per_iteration // r.shards),
+        r.prompts_per_iteration,
+    )
 
 
 @task(name="rollout", **STAGE_OPTIONS)
-def rollout(config: RunConfig, run_dir: str, iteration: int, shard: int, weights: dict, generation_round: int = 0,
-            difficulty: dict | None = None) -> dict:
+def rollout(
+    config: RunConfig,
+    run_dir: str,
+    iteration: int,
+    shard: int,
+    weights: dict,
+    generation_round: int = 0,
+    difficulty: dict | None = None,
+) -> dict:
     """Sample this shard's prompts of the iteration, `group_size` completions each, with `weights`.
 
     Round 0 takes the iteration's prompts in the seeded data order; rounds >= 1 are dynamic
@@ -108,34 +129,63 @@ def rollout(config: RunConfig, run_dir: str, iteration: int, shard: int, weights
     ctx = get_context(run_dir, config)
     r, train = config.rollout, ctx.split("train")
     pool = curriculum.stream_rows(train, difficulty, config.curation.difficulty, r.prompts_per_iteration)
-    prompts = train.select(rollout_rows(config.seed, iteration, generation_round, pool, r.prompts_per_iteration,
-                                        r.shards, shard).tolist())
+    prompts = train.select(
+        rollout_rows(config.seed, iteration, generation_round, pool, r.prompts_per_iteration, r.shards, shard).tolist()
+    )
     started = time.perf_counter()
-    completions = sample_completions(ctx.policy.graphdef, ctx.pull(weights["version"]), ctx.tokenizer,
-                                     prompts["prompt"], r.group_size, ctx.sampling(r.temperature),
-                                     rollout_key(config.seed, iteration, shard, generation_round))
+    completions = sample_completions(
+        ctx.policy.graphdef,
+        ctx.pull(weights["version"]),
+        ctx.tokenizer,
+        prompts["prompt"],
+        r.group_size,
+        ctx.sampling(r.temperature),
+        rollout_key(config.seed, iteration, shard, generation_round),
+    )
     seconds = time.perf_counter() - started
     failpoint("rollout.sample", iteration)
     frame = completions_frame(prompts, completions, r.group_size, weights["version"])
-    path, sha256 = write_shard(ctx.run_dir / "rollouts", iteration, shard + generation_round * r.shards, "rollouts", frame)
-    return {"uri": str(path), "sha256": sha256, "iteration": iteration, "shard": shard + generation_round * r.shards,
-            "round": generation_round, "weights_version": weights["version"], "worker": worker_id(),
-            "rows": len(frame), "tokens": completions.num_tokens, "rollout_seconds": seconds,
-            "tokens_per_s": completions.num_tokens / max(seconds, 1e-9)}
+    path, sha256 = write_shard(
+        ctx.run_dir / "rollouts", iteration, shard + generation_round * r.shards, "rollouts", frame
+    )
+    return {
+        "uri": str(path),
+        "sha256": sha256,
+        "iteration": iteration,
+        "shard": shard + generation_round * r.shards,
+        "round": generation_round,
+        "weights_version": weights["version"],
+        "worker": worker_id(),
+        "rows": len(frame),
+        "tokens": completions.num_tokens,
+        "rollout_seconds": seconds,
+        "tokens_per_s": completions.num_tokens / max(seconds, 1e-9),
+    }
 
 
 @task(name="reward", **STAGE_OPTIONS)
 def reward(config: RunConfig, run_dir: str, rollouts: dict) -> dict:
     ctx = get_context(run_dir, config)
     frame = read_shard(rollouts["uri"], rollouts["sha256"])
-    frame["task_reward"] = score(ctx.problem.verifier, frame["completion"].tolist(), frame["stopped"],
-                                 frame["answer"].tolist(), workers=config.problem.verify_workers)
-    frame["reward"] = shaped_rewards(frame["task_reward"], frame["length"].to_numpy(), config.algorithm.overlong,
-                                     config.rollout.max_new_tokens)
+    frame["task_reward"] = score(
+        ctx.problem.verifier,
+        frame["completion"].tolist(),
+        frame["stopped"],
+        frame["answer"].tolist(),
+        workers=config.problem.verify_workers,
+    )
+    frame["reward"] = shaped_rewards(
+        frame["task_reward"], frame["length"].to_numpy(), config.algorithm.overlong, config.rollout.max_new_tokens
+    )
     failpoint("reward.score", rollouts["iteration"])
     path, sha256 = write_shard(ctx.run_dir / "rollouts", rollouts["iteration"], rollouts["shard"], "scored", frame)
-    return {"uri": str(path), "sha256": sha256, "iteration": rollouts["iteration"], "rows": len(frame),
-            **reward_summary(frame, config.rollout.group_size)}
+    return {
+        "uri": str(path),
+        "sha256": sha256,
+        "iteration": rollouts["iteration"],
+        "rows": len(frame),
+        **reward_summary(frame, config.rollout.group_size),
+    }
 
 
 @task(name="update", **STAGE_OPTIONS)
@@ -145,22 +195,45 @@ def update(config: RunConfig, run_dir: str, iteration: int, previous: dict, scor
     started = time.perf_counter()
     r = config.rollout
     frame = pd.concat([read_shard(ref["uri"], ref["sha256"]) for ref in scored], ignore_index=True)
-    batch = training_batch(frame, iteration, group_size=r.group_size, prompts=r.prompts_per_iteration,
-                           max_staleness=r.max_staleness, dynamic_sampling=config.algorithm.dynamic_sampling.enabled)
+    batch = training_batch(
+        frame,
+        iteration,
+        group_size=r.group_size,
+        prompts=r.prompts_per_iteration,
+        max_staleness=r.max_staleness,
+        dynamic_sampling=config.algorithm.dynamic_sampling.enabled,
+    )
     if batch.warning:
         get_run_logger_or_print(batch.warning)
     state, metrics = update_on_batch(
-        config, iteration, ctx.train_state(previous["iteration"], consume=True), batch, tokenizer=ctx.tokenizer,
-        graphdef=ctx.policy.graphdef, optimizer=ctx.optimizer, critic_graphdef=ctx.critic_graphdef,
+        config,
+        iteration,
+        ctx.train_state(previous["iteration"], consume=True),
+        batch,
+        tokenizer=ctx.tokenizer,
+        graphdef=ctx.policy.graphdef,
+        optimizer=ctx.optimizer,
+        critic_graphdef=ctx.critic_graphdef,
         critic_optimizer=ctx.critic_optimizer,
-        reference_params=None if ctx.reference_version is None else ctx.pull(ctx.reference_version))
+        reference_params=None if ctx.reference_version is None else ctx.pull(ctx.reference_version),
+    )
     failpoint("update.step", iteration)
-    meta = checkpoint_metadata(config, iteration, ctx.checkpoints.metadata(previous["iteration"]),
-                               metrics["optimizer_steps"], batch.frame["weights_version"])
+    meta = checkpoint_metadata(
+        config,
+        iteration,
+        ctx.checkpoints.metadata(previous["iteration"]),
+        metrics["optimizer_steps"],
+        batch.frame["weights_version"],
+    )
     path = ctx.checkpoints.save(iteration, state, meta)
     ctx.train_states.put(iteration, state)
-    return {"uri": str(path), "iteration": iteration, "update_seconds": time.perf_counter() - started,
-            **metrics, **batch.info}
+    return {
+        "uri": str(path),
+        "iteration": iteration,
+        "update_seconds": time.perf_counter() - started,
+        **metrics,
+        **batch.info,
+    }
 
 
 def get_run_logger_or_print(message: str) -> None:
@@ -198,9 +271,20 @@ def evaluate(config: RunConfig, run_dir: str, weights: dict, iteration: int) -> 
     held_out = ctx.split("eval").select(range(e.prompts))
     started = time.perf_counter()
     result = evaluate_pass_at_k(
-        ctx.policy.graphdef, ctx.pull(weights["version"]), ctx.tokenizer, ctx.problem.verifier,
-        held_out["prompt"], held_out["answer"], n=e.n, k=e.k, sampling=ctx.sampling(e.temperature),
+        ctx.policy.graphdef,
+        ctx.pull(weights["version"]),
+        ctx.tokenizer,
+        ctx.problem.verifier,
+        held_out["prompt"],
+        held_out["answer"],
+        n=e.n,
+        k=e.k,
+        sampling=ctx.sampling(e.temperature),
         key=derive_key(config.seed, "eval", weights["version"]),
     )
-    return {"iteration": iteration, "weights_version": weights["version"], **result,
-            "eval_seconds": time.perf_counter() - started}
+    return {
+        "iteration": iteration,
+        "weights_version": weights["version"],
+        **result,
+        "eval_seconds": time.perf_counter() - started,
+    }

@@ -6,9 +6,9 @@ import datasets
 import pandas as pd
 import pytest
 
+from spotrl.cli.main import main
 from spotrl.curation.manifest import load_curated, read_manifest
 from spotrl.curation.pipeline import inputs_sha256
-from spotrl.cli.main import main
 from spotrl.rewards.sandbox import runner as sb
 
 MATH = [
@@ -23,19 +23,50 @@ MATH = [
     {"question": "What is 9 squared?", "final": 81},
     {"question": "Half of 50 is what number?", "final": 25},
 ]
-TRIVIA = ('q,a,topic\n"What is the capital of France?",Paris,geo\n"What is the sum of 15 and 27?",42,math\n'
-          '"What is the boiling point of water in Celsius at sea level?",100,science\nbad,row\n'
-          '"Which planet is known as the Red Planet?",Mars,space\n')
+TRIVIA = (
+    'q,a,topic\n"What is the capital of France?",Paris,geo\n"What is the sum of 15 and 27?",42,math\n'
+    '"What is the boiling point of water in Celsius at sea level?",100,science\nbad,row\n'
+    '"Which planet is known as the Red Planet?",Mars,space\n'
+)
 MBPP = [
-    {"task_id": 1, "text": "Write a function add(a, b) that returns the sum of a and b.", "test_list": ["assert add(1, 2) == 3"]},
-    {"task_id": 2, "text": "Write a function sq(x) returning x squared.", "test_list": ["assert sq(3) =="]},  # bad tests
+    {
+        "task_id": 1,
+        "text": "Write a function add(a, b) that returns the sum of a and b.",
+        "test_list": ["assert add(1, 2) == 3"],
+    },
+    {
+        "task_id": 2,
+        "text": "Write a function sq(x) returning x squared.",
+        "test_list": ["assert sq(3) =="],
+    },  # bad tests
     {"task_id": 3, "text": "Write a function neg(x) that returns minus x.", "test_list": ["assert neg(2) == -2"]},
 ]
-EVAL = [{"problem": "A train travels 60 miles per hour for 2 hours. How far does the train travel in total?",
-         "solution": "120"}]
-MAPS = ["--map", "math.question=prompt", "--map", "math.final=answer", "--map", "trivia.q=prompt",
-        "--map", "trivia.a=answer", "--map", "mbpp.task_id=id", "--map", "mbpp.text=prompt",
-        "--map", "mbpp.test_list=tests", "--map", "heldout.problem=prompt", "--map", "heldout.solution=answer"]
+EVAL = [
+    {
+        "problem": "A train travels 60 miles per hour for 2 hours. How far does the train travel in total?",
+        "solution": "120",
+    }
+]
+MAPS = [
+    "--map",
+    "math.question=prompt",
+    "--map",
+    "math.final=answer",
+    "--map",
+    "trivia.q=prompt",
+    "--map",
+    "trivia.a=answer",
+    "--map",
+    "mbpp.task_id=id",
+    "--map",
+    "mbpp.text=prompt",
+    "--map",
+    "mbpp.test_list=tests",
+    "--map",
+    "heldout.problem=prompt",
+    "--map",
+    "heldout.solution=answer",
+]
 
 
 @pytest.fixture
@@ -48,8 +79,18 @@ def files(tmp_path):
 
 
 def _curate(files, out, *extra, capsys=None):
-    args = ["curate", str(files / "math.jsonl"), str(files / "trivia.csv"), str(files / "mbpp"),
-            "--out", str(out), "--eval", str(files / "heldout.jsonl"), *MAPS, *extra]
+    args = [
+        "curate",
+        str(files / "math.jsonl"),
+        str(files / "trivia.csv"),
+        str(files / "mbpp"),
+        "--out",
+        str(out),
+        "--eval",
+        str(files / "heldout.jsonl"),
+        *MAPS,
+        *extra,
+    ]
     return main(args)
 
 
@@ -59,15 +100,26 @@ def test_curate_counts_and_outputs(files, capsys):
     s = json.loads(capsys.readouterr().out)
     assert s["read"] == 18  # 10 + 5 + 3
     assert s["quarantined"] == 5 and s["quarantine_reasons"] == {
-        "prompt: empty or not text": 1, "line is not valid JSON": 1, "answer/tests: missing": 1,
-        "CSV row has the wrong number of fields": 1, "tests: not Python with an assert statement": 1}
+        "prompt: empty or not text": 1,
+        "line is not valid JSON": 1,
+        "answer/tests: missing": 1,
+        "CSV row has the wrong number of fields": 1,
+        "tests: not Python with an assert statement": 1,
+    }
     assert s["duplicates"] == {"exact": 2, "normalised": 1}  # math 6, trivia 1 (cross-source); math 1
     assert s["contaminated"] == 1 and s["eval_set"]["prompts"] == 1 and s["eval_set"]["ngram"] == 13
     # 18 read - 5 quarantined - 3 duplicates - 1 contaminated = 9: math 4, trivia 3, mbpp 2
     assert (s["kept"], s["train"], s["eval"], s["not_sampled"]) == (9, 7, 2, 0)
-    assert s["per_source"]["math"] == {"read": 10, "quarantined": 3, "valid": 7, "duplicates": 2, "contaminated": 1,
-                                       "not_sampled": 0,
-                                       "train": s["per_source"]["math"]["train"], "eval": s["per_source"]["math"]["eval"]}
+    assert s["per_source"]["math"] == {
+        "read": 10,
+        "quarantined": 3,
+        "valid": 7,
+        "duplicates": 2,
+        "contaminated": 1,
+        "not_sampled": 0,
+        "train": s["per_source"]["math"]["train"],
+        "eval": s["per_source"]["math"]["eval"],
+    }
     assert s["per_source"]["math"]["train"] + s["per_source"]["math"]["eval"] == 4
     assert s["per_source"]["trivia"]["duplicates"] == 1 and s["per_source"]["mbpp"]["quarantined"] == 1
 
@@ -78,8 +130,13 @@ def test_curate_counts_and_outputs(files, capsys):
     assert rows.set_index("id").loc["trivia/0", "answer"] == "Paris"
     assert json.loads(rows.set_index("id").loc["trivia/0", "metadata"]) == {"topic": "geo"}
     quarantine = pd.read_parquet(out / "quarantine.parquet")
-    assert sorted(zip(quarantine["source"], quarantine["row"])) == [("math", 2), ("math", 3), ("math", 7),
-                                                                     ("mbpp", 1), ("trivia", 3)]
+    assert sorted(zip(quarantine["source"], quarantine["row"])) == [
+        ("math", 2),
+        ("math", 3),
+        ("math", 7),
+        ("mbpp", 1),
+        ("trivia", 3),
+    ]
     assert "row 7: field 'answer/tests'" in quarantine.set_index(["source", "row"]).loc[("math", 7), "reason"]
     removed = pd.read_parquet(out / "removed.parquet")
     assert sorted(removed["reason"]) == ["contaminated", "duplicate", "duplicate", "near_duplicate"]
@@ -98,8 +155,21 @@ def test_curate_is_deterministic_and_up_to_date(files, capsys):
     from spotrl.cli.curate import build_specs
     from spotrl.cli.main import _parser
 
-    parsed = _parser().parse_args(["curate", str(files / "math.jsonl"), str(files / "trivia.csv"), str(files / "mbpp"),
-                                   "--out", str(out), "--eval", str(files / "heldout.jsonl"), *MAPS, "--seed", "3"])
+    parsed = _parser().parse_args(
+        [
+            "curate",
+            str(files / "math.jsonl"),
+            str(files / "trivia.csv"),
+            str(files / "mbpp"),
+            "--out",
+            str(out),
+            "--eval",
+            str(files / "heldout.jsonl"),
+            *MAPS,
+            "--seed",
+            "3",
+        ]
+    )
     assert inputs_sha256(*build_specs(parsed)) == read_manifest(out)["inputs_sha256"]  # a cache key, before curating
     mtime = (out / "train.parquet").stat().st_mtime_ns
     assert _curate(files, out, "--seed", "3") == 0
@@ -107,17 +177,27 @@ def test_curate_is_deterministic_and_up_to_date(files, capsys):
     assert _curate(files, files / "other", "--seed", "3") == 0 and read_manifest(files / "other")["sha256"] == sha
     assert _curate(files, out, "--seed", "4") == 0  # another seed: another split, curated again
     assert read_manifest(out)["inputs_sha256"] != read_manifest(files / "other")["inputs_sha256"]
-    (files / "math.jsonl").write_text((files / "math.jsonl").read_text() + json.dumps({"question": "New one?", "final": 1}) + "\n")
+    (files / "math.jsonl").write_text(
+        (files / "math.jsonl").read_text() + json.dumps({"question": "New one?", "final": 1}) + "\n"
+    )
     assert _curate(files, files / "other", "--seed", "3") == 0 and "curated ->" in capsys.readouterr().out
 
 
 def test_curate_mixes_by_weight(files, capsys):
     out = files / "mixed"
-    assert _curate(files, out, "--weight", "math=1", "--weight", "trivia=1", "--weight", "mbpp=0",
-                   "--eval-size", "0", "--json") == 0
+    assert (
+        _curate(
+            files, out, "--weight", "math=1", "--weight", "trivia=1", "--weight", "mbpp=0", "--eval-size", "0", "--json"
+        )
+        == 0
+    )
     s = json.loads(capsys.readouterr().out)
     # math has 4 usable rows, trivia 3, at equal weight the total is 6: 3 + 3; mbpp's 2 are not taken
-    assert (s["per_source"]["math"]["train"], s["per_source"]["trivia"]["train"], s["per_source"]["mbpp"]["train"]) == (3, 3, 0)
+    assert (s["per_source"]["math"]["train"], s["per_source"]["trivia"]["train"], s["per_source"]["mbpp"]["train"]) == (
+        3,
+        3,
+        0,
+    )
     assert s["not_sampled"] == 3 and s["kept"] == 6
 
 
@@ -135,10 +215,13 @@ def test_curate_errors(files, capsys):
 
 # ------------------------------------------------------------------------------------ verify code
 
+
 def _verify(tmp_path, solution, tests, *extra):
     (tmp_path / "sol.py").write_text(solution)
     (tmp_path / "tests.py").write_text(tests)
-    return main(["verify", "code", "--solution", str(tmp_path / "sol.py"), "--tests", str(tmp_path / "tests.py"), *extra])
+    return main(
+        ["verify", "code", "--solution", str(tmp_path / "sol.py"), "--tests", str(tmp_path / "tests.py"), *extra]
+    )
 
 
 def test_verify_code_prints_one_json_object_and_exit_code(tmp_path, capsys):

@@ -2,7 +2,6 @@
 written out, so nothing is read from the placeholder gs:// path), has the parameter count its model
 card states, and an estimated memory per device that fits one 95 GiB accelerator (TPU v5p) on its mesh."""
 
-
 import pytest
 
 from spotrl.configs import PRESETS_DIR, load_config
@@ -35,9 +34,14 @@ def test_preset_validates_and_fits(name):
     assert m.mesh.devices == devices
     assert abs(count_params(m) - card_params) / card_params < 0.01
     r = config.rollout
-    estimate = memory_estimate(m, rollout_rows=r.prompts_per_iteration * r.group_size,
-                               minibatches=config.algorithm.minibatches, prompt_tokens=256,
-                               new_tokens=r.max_new_tokens, reference=False)
+    estimate = memory_estimate(
+        m,
+        rollout_rows=r.prompts_per_iteration * r.group_size,
+        minibatches=config.algorithm.minibatches,
+        prompt_tokens=256,
+        new_tokens=r.max_new_tokens,
+        reference=False,
+    )
     assert estimate["per_device"] < 95 * 2**30
     # the state (params, grads, two AdamW moments, a pulled copy) is 5 copies of the bf16 weights
     state = sum(estimate[k] for k in ("params", "grads", "optimizer", "reference"))

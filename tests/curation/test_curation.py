@@ -2,10 +2,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from spotrl.problems import arithmetic
 from spotrl.curation.batches import batch_indices
 from spotrl.curation.schema import SchemaError, to_dataset, validate_rows
 from spotrl.curation.store import load_split, save_splits
+from spotrl.problems import arithmetic
 
 
 def _arithmetic_splits(seed, train_size, eval_size):

@@ -8,12 +8,15 @@ from spotrl.curation.curriculum import estimate_iteration
 from spotrl.rng import derive_numpy_rng
 
 
-@pytest.mark.parametrize("every, expected", [
-    (1, [1, 2, 3, 4, 5, 6, 7]),
-    (2, [1, 1, 3, 3, 5, 5, 7]),
-    (3, [1, 1, 1, 4, 4, 4, 7]),
-    (10, [1] * 7),
-])
+@pytest.mark.parametrize(
+    "every, expected",
+    [
+        (1, [1, 2, 3, 4, 5, 6, 7]),
+        (2, [1, 1, 3, 3, 5, 5, 7]),
+        (3, [1, 1, 1, 4, 4, 4, 7]),
+        (10, [1] * 7),
+    ],
+)
 def test_which_estimate_serves_each_iteration(every, expected):
     assert [estimate_iteration(j, every) for j in range(1, 8)] == expected
 

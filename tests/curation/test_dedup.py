@@ -9,8 +9,9 @@ from spotrl.curation.mixing import allocate, mix, split
 
 
 def _frame(prompts, source="s"):
-    return pd.DataFrame({"id": [f"{source}/{i}" for i in range(len(prompts))], "prompt": prompts,
-                         "source": [source] * len(prompts)})
+    return pd.DataFrame(
+        {"id": [f"{source}/{i}" for i in range(len(prompts))], "prompt": prompts, "source": [source] * len(prompts)}
+    )
 
 
 def test_normalisation():
@@ -34,8 +35,11 @@ def test_exact_and_normalised_duplicates_counted_separately():
     assert kept["id"].tolist() == ["s/0", "s/3", "s/6"]
     assert counts == {"exact": 2, "normalised": 2}
     assert list(zip(removed["id"], removed["reason"], removed["detail"])) == [
-        ("s/1", "duplicate", "s/0"), ("s/2", "near_duplicate", "s/0"), ("s/4", "near_duplicate", "s/3"),
-        ("s/5", "duplicate", "s/0")]
+        ("s/1", "duplicate", "s/0"),
+        ("s/2", "near_duplicate", "s/0"),
+        ("s/4", "near_duplicate", "s/3"),
+        ("s/5", "duplicate", "s/0"),
+    ]
 
 
 def test_first_source_wins_across_sources():
@@ -50,20 +54,26 @@ def test_ngram_decontamination_counts():
         "Compute 17 times 23",  # 3 words: shorter than n
     ]
     index = NgramIndex(eval_prompts, n=5)
-    train = _frame([
-        "natalia SOLD clips to 48 of her classmates",  # shares "natalia sold clips to 48": contaminated
-        "Tom sold clips to 48 people",  # shares only "sold clips to 48" (4 words): clean at n=5
-        "As many in May as in June",  # shares only "as many in may" (4 words): clean at n=5
-        "First, compute 17 times 23, then add one",  # contains the whole short eval prompt: contaminated
-        "compute 17 times",  # 3 words (< n), contiguous inside an eval prompt: contaminated
-        "times 17 compute",  # same words, not contiguous: clean
-        "",  # no words: clean
-        "then half as many in May",  # "then half as many in" / "half as many in may": contaminated
-    ])
+    train = _frame(
+        [
+            "natalia SOLD clips to 48 of her classmates",  # shares "natalia sold clips to 48": contaminated
+            "Tom sold clips to 48 people",  # shares only "sold clips to 48" (4 words): clean at n=5
+            "As many in May as in June",  # shares only "as many in may" (4 words): clean at n=5
+            "First, compute 17 times 23, then add one",  # contains the whole short eval prompt: contaminated
+            "compute 17 times",  # 3 words (< n), contiguous inside an eval prompt: contaminated
+            "times 17 compute",  # same words, not contiguous: clean
+            "",  # no words: clean
+            "then half as many in May",  # "then half as many in" / "half as many in may": contaminated
+        ]
+    )
     kept, removed = decontaminate(train, index)
     assert removed["id"].tolist() == ["s/0", "s/3", "s/4", "s/7"]
-    assert removed["detail"].tolist() == ["natalia sold clips to 48", "compute 17 times 23", "compute 17 times",
-                                          "then half as many in"]
+    assert removed["detail"].tolist() == [
+        "natalia sold clips to 48",
+        "compute 17 times 23",
+        "compute 17 times",
+        "then half as many in",
+    ]
     assert len(kept) == 4
     at_4 = decontaminate(train, NgramIndex(eval_prompts, n=4))[1]  # the two 4-word overlaps count too
     assert at_4["id"].tolist() == ["s/0", "s/1", "s/2", "s/3", "s/4", "s/7"]

@@ -4,8 +4,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from spotrl.curation.difficulty import (estimate_pass_rates, load_estimates, merge_estimates, needs_estimate,
-                                        reestimate, save_estimates, select_informative)
+from spotrl.curation.difficulty import (
+    estimate_pass_rates,
+    load_estimates,
+    merge_estimates,
+    needs_estimate,
+    reestimate,
+    save_estimates,
+    select_informative,
+)
 
 RATES = {"never": 0.0, "always": 1.0, "half": 0.5, "quarter": 0.25, "mostly": 0.9}
 ROWS = pd.DataFrame({"id": list(RATES), "prompt": [f"prompt {k}" for k in RATES]})
@@ -58,9 +65,13 @@ def test_reward_threshold_and_batches():
 
 
 def test_merge_pools_same_version_and_prefers_newer():
-    old = pd.DataFrame({"id": ["a", "b"], "samples": [8, 8], "successes": [2, 8], "pass_rate": [0.25, 1.0], "version": [1, 1]})
+    old = pd.DataFrame(
+        {"id": ["a", "b"], "samples": [8, 8], "successes": [2, 8], "pass_rate": [0.25, 1.0], "version": [1, 1]}
+    )
     same = pd.DataFrame({"id": ["a"], "samples": [8], "successes": [6], "pass_rate": [0.75], "version": [1]})
-    newer = pd.DataFrame({"id": ["b", "c"], "samples": [4, 4], "successes": [1, 0], "pass_rate": [0.25, 0.0], "version": [5, 5]})
+    newer = pd.DataFrame(
+        {"id": ["b", "c"], "samples": [4, 4], "successes": [1, 0], "pass_rate": [0.25, 0.0], "version": [5, 5]}
+    )
     late = pd.DataFrame({"id": ["b"], "samples": [100], "successes": [100], "pass_rate": [1.0], "version": [2]})
     merged = merge_estimates(merge_estimates(merge_estimates(old, same), newer), late)
     got = {r.id: (r.samples, r.successes, r.pass_rate, r.version) for r in merged.itertuples()}

@@ -11,14 +11,23 @@ from spotrl.curation.store import load_split, prompt_columns, save_splits
 
 
 def _rows(targets):
-    return pd.DataFrame({"id": [f"r{i}" for i in range(len(targets))], "prompt": ["p"] * len(targets),
-                         "answer": ["a"] * len(targets), "source": ["s"] * len(targets), "target": targets})
+    return pd.DataFrame(
+        {
+            "id": [f"r{i}" for i in range(len(targets))],
+            "prompt": ["p"] * len(targets),
+            "answer": ["a"] * len(targets),
+            "source": ["s"] * len(targets),
+            "target": targets,
+        }
+    )
 
 
 def test_a_missing_value_hashes_the_same_as_none_or_nan():
     with_none, with_nan = _rows(["x", None]), _rows(["x", np.nan])
     assert rows_sha256(with_none, prompt_columns(with_none)) == rows_sha256(with_nan, prompt_columns(with_nan))
-    assert rows_sha256(with_none, prompt_columns(with_none)) != rows_sha256(_rows(["x", "y"]), prompt_columns(with_none))
+    assert rows_sha256(with_none, prompt_columns(with_none)) != rows_sha256(
+        _rows(["x", "y"]), prompt_columns(with_none)
+    )
 
 
 def test_the_hash_covers_only_the_given_columns_in_order():
@@ -35,8 +44,14 @@ def test_a_split_with_a_missing_target_reads_back(tmp_path):
 
 def test_write_dataset_manifest(tmp_path):
     frame = _rows(["x", "y"])
-    manifest = write_dataset(tmp_path, {"train": frame}, prompt_columns, fields={"format": "f"},
-                             files={"extra": frame.head(1)}, summary={"kept": 2})
+    manifest = write_dataset(
+        tmp_path,
+        {"train": frame},
+        prompt_columns,
+        fields={"format": "f"},
+        files={"extra": frame.head(1)},
+        summary={"kept": 2},
+    )
     assert json.loads((tmp_path / "manifest.json").read_text()) == manifest
     assert manifest["format"] == "f" and manifest["splits"]["train"]["rows"] == 2
     assert manifest["splits"]["train"]["sha256"] == rows_sha256(frame, prompt_columns(frame))

@@ -16,13 +16,13 @@ LINES = [
     {"q": "0012+0345=", "a": 357},
     {"q": "0020+0030=", "a": "50"},
     {"q": "0100+0200=", "a": "300"},
-    {"q": "0012+0345=", "a": "357"},          # exact duplicate of line 0
+    {"q": "0012+0345=", "a": "357"},  # exact duplicate of line 0
     {"q": "0007+0008=", "t": "assert 1 == 1"},  # tests but no answer: the arithmetic verifier needs one
-    {"q": "12 plus 30=", "a": "42"},           # letters and spaces: not in the task's alphabet
-    None,                                       # not JSON
+    {"q": "12 plus 30=", "a": "42"},  # letters and spaces: not in the task's alphabet
+    None,  # not JSON
     {"q": "0001+0001=", "a": "2"},
     {"q": "0040+0002=", "a": "42"},
-    {"q": "0099+0001=", "a": "100"},           # also in the held-out eval set: contaminated
+    {"q": "0099+0001=", "a": "100"},  # also in the held-out eval set: contaminated
     {"q": "0050+0050=", "a": "100"},
 ]
 CSV = "question,result\n0011+0011=,22\n0013+0013=,26\n0014+0014=,28\n0015+0015=,30\n"
@@ -38,11 +38,17 @@ def write_sources(root):
 
 
 def source_overrides(root, eval_size=2):
-    sources = [{"name": "a", "path": str(root / "a.jsonl"), "map": {"q": "prompt", "a": "answer", "t": "tests"}},
-               {"name": "b", "path": str(root / "b.csv"), "map": {"question": "prompt", "result": "answer"}}]
-    return [f"curation.sources={json.dumps(sources)}",
-            f"curation.eval={json.dumps([{'name': 'heldout', 'path': str(root / 'heldout.jsonl')}])}",
-            "curation.ngram=2", f"problem.eval_size={eval_size}", f"eval.prompts={eval_size}"]
+    sources = [
+        {"name": "a", "path": str(root / "a.jsonl"), "map": {"q": "prompt", "a": "answer", "t": "tests"}},
+        {"name": "b", "path": str(root / "b.csv"), "map": {"question": "prompt", "result": "answer"}},
+    ]
+    return [
+        f"curation.sources={json.dumps(sources)}",
+        f"curation.eval={json.dumps([{'name': 'heldout', 'path': str(root / 'heldout.jsonl')}])}",
+        "curation.ngram=2",
+        f"problem.eval_size={eval_size}",
+        f"eval.prompts={eval_size}",
+    ]
 
 
 def test_sources_become_the_run_data_with_bad_rows_quarantined(tmp_path, tiny_config):
@@ -53,8 +59,15 @@ def test_sources_become_the_run_data_with_bad_rows_quarantined(tmp_path, tiny_co
     run = tmp_path / "run"
     ref = prepare(config, run)
     # 11 + 4 rows read; lines 4, 5, 6 quarantined; line 3 a duplicate; line 9 contaminated: 10 kept
-    assert ref["curation"] == {"read": 15, "quarantined": 3, "duplicates": {"exact": 1, "normalised": 0},
-                               "contaminated": 1, "not_sampled": 0, "train": 8, "eval": 2}
+    assert ref["curation"] == {
+        "read": 15,
+        "quarantined": 3,
+        "duplicates": {"exact": 1, "normalised": 0},
+        "contaminated": 1,
+        "not_sampled": 0,
+        "train": 8,
+        "eval": 2,
+    }
     quarantine = read_frame(run / "quarantine.parquet")
     assert quarantine["row"].tolist() == [4, 5, 6] and set(quarantine["source"]) == {"a"}
     reasons = quarantine["reason"].tolist()
@@ -70,7 +83,10 @@ def test_sources_become_the_run_data_with_bad_rows_quarantined(tmp_path, tiny_co
     assert {p: r["answer"] for p, r in rows.items()} == expected
     assert all(r["target"] == r["answer"][::-1] for r in rows.values())  # the warm start's reversed digits
     assert rows["0012+0345="]["id"] == "a/0" and rows["0011+0011="]["source"] == "b"
-    assert ref["rows"] == {"train": 8, "eval": 2} and ref["sha256"] == json.loads((run / "data/manifest.json").read_text())["sha256"]
+    assert (
+        ref["rows"] == {"train": 8, "eval": 2}
+        and ref["sha256"] == json.loads((run / "data/manifest.json").read_text())["sha256"]
+    )
 
 
 def test_source_config_errors_name_the_key(tmp_path, tiny_config):
@@ -86,8 +102,15 @@ def test_source_config_errors_name_the_key(tmp_path, tiny_config):
 def test_stream_drops_never_and_always_solved_prompts_and_keeps_unestimated_ones():
     from spotrl.curation.curriculum import estimate_iteration, stream_pool
 
-    estimates = pd.DataFrame({"id": ["a", "b", "c", "e"], "samples": [4] * 4, "successes": [0, 4, 2, 1],
-                              "pass_rate": [0.0, 1.0, 0.5, 0.25], "version": [3] * 4})
+    estimates = pd.DataFrame(
+        {
+            "id": ["a", "b", "c", "e"],
+            "samples": [4] * 4,
+            "successes": [0, 4, 2, 1],
+            "pass_rate": [0.0, 1.0, 0.5, 0.25],
+            "version": [3] * 4,
+        }
+    )
     ids = ["a", "b", "c", "d", "e", "f"]  # a never solved, b always; d and f not estimated
     rows, counts = stream_pool(ids, estimates, True, True, min_rows=2)
     assert rows.tolist() == [2, 3, 4, 5]
@@ -121,8 +144,11 @@ def test_curate_stage_is_a_cache_hit_until_a_source_file_changes(prefect_harness
     third = curate_once()
     assert third.name == "Completed"
     assert third.result()["curation"]["read"] == 16 and third.result()["rows"] == {"train": 9, "eval": 2}
-    assert "0016+0016=" in read_frame(run / "data" / "train.parquet")["prompt"].tolist() + \
-        read_frame(run / "data" / "eval.parquet")["prompt"].tolist()
+    assert (
+        "0016+0016="
+        in read_frame(run / "data" / "train.parquet")["prompt"].tolist()
+        + read_frame(run / "data" / "eval.parquet")["prompt"].tolist()
+    )
 
 
 def test_difficulty_estimates_filter_the_prompt_stream(prefect_harness, tmp_path, tiny_config):
@@ -131,8 +157,10 @@ def test_difficulty_estimates_filter_the_prompt_stream(prefect_harness, tmp_path
     from spotrl.storage.rollouts import find_shard
     from spotrl.tasks import stages
 
-    config = build_config(tiny_config.model_dump(mode="json"), [
-        "problem.train_size=40", 'curation.difficulty={"every": 1, "samples": 4, "prompts": 32}'])  # samples = group_size
+    config = build_config(
+        tiny_config.model_dump(mode="json"),
+        ["problem.train_size=40", 'curation.difficulty={"every": 1, "samples": 4, "prompts": 32}'],
+    )  # samples = group_size
     run = tmp_path / "run"
     train(config=config, run_dir=str(run))
     train_ids = load_split(run / "data", "train")["id"]
@@ -146,7 +174,9 @@ def test_difficulty_estimates_filter_the_prompt_stream(prefect_harness, tmp_path
         dropped = set(estimates["id"][(estimates["pass_rate"] == 0) | (estimates["pass_rate"] == 1)])
         stream = set(train_ids) - dropped
         assert len(stream) >= r.prompts_per_iteration  # so the filter applies (the 8 unestimated rows at least)
-        sampled = pd.concat([read_frame(find_shard(run / "rollouts", iteration, s, "rollouts")) for s in range(r.shards)])
+        sampled = pd.concat(
+            [read_frame(find_shard(run / "rollouts", iteration, s, "rollouts")) for s in range(r.shards)]
+        )
         assert set(sampled["prompt_id"]) <= stream and len(sampled) == r.prompts_per_iteration * r.group_size
     # made again (as after a kill that lost the file): the same bytes
     path = run / "difficulty" / "iter_000002.parquet"

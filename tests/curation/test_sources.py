@@ -66,8 +66,11 @@ def test_every_format_maps_to_the_same_canonical_rows(tmp_path, fmt):
     assert good["id"].tolist() == ["math/10", "math/11"]
     assert good["prompt"].tolist() == ["What is 2 + 3?", "What is 7 * 6?"]
     assert good["answer"].tolist() == ["5", "42"]  # an integer answer becomes its text
-    assert [json.loads(m) for m in good["metadata"]] == [{"level": "1"}, {"level": "2"}] if fmt == "csv" else \
-        [{"level": 1}, {"level": 2}]
+    assert (
+        [json.loads(m) for m in good["metadata"]] == [{"level": "1"}, {"level": "2"}]
+        if fmt == "csv"
+        else [{"level": 1}, {"level": 2}]
+    )
     assert good["source"].unique().tolist() == ["math"] and good["tests"].isna().all()
 
 
@@ -113,9 +116,15 @@ def test_bad_rows_are_quarantined_with_row_and_field(tmp_path):
     assert dict(zip(bad["row"], bad["fields"]))[5] == "id"
     assert json.loads(dict(zip(bad["row"], bad["record"]))[1]) == {"id": "b", "prompt": "", "answer": "2"}
     assert dict(zip(bad["row"], bad["record"]))[2] == "{not json"
-    assert kinds == {"prompt: empty or not text": 2, "line is not valid JSON": 1, "answer/tests: missing": 2,
-                     "id: duplicate id": 1, "tests: not Python with an assert statement": 1,
-                     "line is not a JSON object": 1, "answer: empty or not text": 1}
+    assert kinds == {
+        "prompt: empty or not text": 2,
+        "line is not valid JSON": 1,
+        "answer/tests: missing": 2,
+        "id: duplicate id": 1,
+        "tests: not Python with an assert statement": 1,
+        "line is not a JSON object": 1,
+        "answer: empty or not text": 1,
+    }
 
 
 def test_csv_rows_with_the_wrong_number_of_fields(tmp_path):
@@ -128,13 +137,16 @@ def test_csv_rows_with_the_wrong_number_of_fields(tmp_path):
     assert "field 'prompt'" in bad["reason"][2]
 
 
-@pytest.mark.parametrize("mapping, message", [
-    ({"questoin": "prompt"}, "no column 'questoin'"),
-    ({"question": "body"}, "cannot map 'question' to 'body'"),
-    ({"question": "prompt", "qid": "prompt"}, "both"),
-    ({"qid": "id"}, "no prompt column"),
-    ({"question": "prompt", "solution": "id"}, "neither an answer nor a tests column"),
-])
+@pytest.mark.parametrize(
+    "mapping, message",
+    [
+        ({"questoin": "prompt"}, "no column 'questoin'"),
+        ({"question": "body"}, "cannot map 'question' to 'body'"),
+        ({"question": "prompt", "qid": "prompt"}, "both"),
+        ({"qid": "id"}, "no prompt column"),
+        ({"question": "prompt", "solution": "id"}, "neither an answer nor a tests column"),
+    ],
+)
 def test_mapping_errors_name_the_problem(tmp_path, mapping, message):
     path = _write_jsonl(tmp_path / "m.jsonl", ROWS)
     with pytest.raises(SourceError, match=message):
@@ -169,9 +181,19 @@ def test_content_hash_follows_the_bytes(tmp_path):
 
 
 def test_canonical_schema_reports_each_failure():
-    frame = pd.DataFrame({c: pd.Series(v, dtype=object) for c, v in {
-        "id": ["s/a", "s/a", None], "prompt": ["p", "q", "r"], "answer": ["1", "2", "3"], "tests": [None, None, None],
-        "source": ["s", "s", "s"], "metadata": ["{}", "[]", "{}"]}.items()})
+    frame = pd.DataFrame(
+        {
+            c: pd.Series(v, dtype=object)
+            for c, v in {
+                "id": ["s/a", "s/a", None],
+                "prompt": ["p", "q", "r"],
+                "answer": ["1", "2", "3"],
+                "tests": [None, None, None],
+                "source": ["s", "s", "s"],
+                "metadata": ["{}", "[]", "{}"],
+            }.items()
+        }
+    )
     found = {(row, field, problem) for row, field, problem, _ in canonical_failures(frame)}
     assert found == {(1, "id", "duplicate id"), (2, "id", "missing"), (1, "metadata", "not a JSON object")}
 

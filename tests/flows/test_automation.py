@@ -18,8 +18,10 @@ TERMINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
 
 def _submit(server, parameters: dict, job_variables: dict) -> str:
     deployment = server.api.get("/deployments/name/train/train").raise_for_status().json()
-    response = server.api.post(f"/deployments/{deployment['id']}/create_flow_run",
-                               json={"parameters": parameters, "job_variables": job_variables})
+    response = server.api.post(
+        f"/deployments/{deployment['id']}/create_flow_run",
+        json={"parameters": parameters, "job_variables": job_variables},
+    )
     return response.raise_for_status().json()["id"]
 
 
@@ -40,9 +42,11 @@ def _wait_for(server, what: str, check, timeout: float = 150):
 
 def _wait_for_chain(server, run_dir, length: int) -> list[dict]:
     """The chain once it has `length` runs and the last one is finished."""
+
     def check():
         runs = _chain(server, run_dir)
         return runs if len(runs) >= length and runs[-1]["state"]["type"] in TERMINAL else None
+
     return _wait_for(server, f"{length} finished runs on {run_dir}", check)
 
 
@@ -84,23 +88,31 @@ def test_the_chain_stops_at_max_attempts(prefect_server, tiny_config, tmp_path):
     assert len(_chain(prefect_server, run_dir)) == 2
 
 
-def test_a_run_past_the_cap_that_crashes_before_the_flow_starts_is_not_resubmitted(prefect_server, tiny_config,
-                                                                                    tmp_path):
+def test_a_run_past_the_cap_that_crashes_before_the_flow_starts_is_not_resubmitted(
+    prefect_server, tiny_config, tmp_path
+):
     # A run that cannot even load the flow (an import error, a bad image) is Crashed, not Failed:
     # the flow's own check never runs. The automation refuses it itself (the server rejects the
     # run it renders, whose `attempt` is a message, and records the reason on the automation).
     run_dir = tmp_path / "run"
-    params = {"config": tiny_config.model_dump(mode="json"), "run_dir": str(run_dir),
-              "attempt": 2, "max_attempts": 1}
+    params = {"config": tiny_config.model_dump(mode="json"), "run_dir": str(run_dir), "attempt": 2, "max_attempts": 1}
     _submit(prefect_server, params, {"command": "false"})  # the process exits 1 at once
 
     (crashed,) = _wait_for_chain(prefect_server, run_dir, 1)
     assert _state(crashed)[0] == "Crashed"
 
     def refusal():
-        events = prefect_server.api.post("/events/filter", json={
-            "filter": {"event": {"name": ["prefect.automation.action.failed"]}}, "limit": 50,
-        }).raise_for_status().json()["events"]
+        events = (
+            prefect_server.api.post(
+                "/events/filter",
+                json={
+                    "filter": {"event": {"name": ["prefect.automation.action.failed"]}},
+                    "limit": 50,
+                },
+            )
+            .raise_for_status()
+            .json()["events"]
+        )
         reasons = [e["payload"].get("reason", "") for e in events]
         return next((r for r in reasons if f"for run_dir {run_dir} " in r), None)
 

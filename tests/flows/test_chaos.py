@@ -10,15 +10,18 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import TINY_OVERRIDES
 
 from spotrl.chaos import Kill, read_jsonl, run_attempt, standard_kills, strip_timing
 from spotrl.flows.preemption import EXIT_PREEMPTED
 from spotrl.storage.checkpoints import CheckpointStore
 from spotrl.storage.weights import WeightStore
-from conftest import TINY_OVERRIDES
 
 ITERATIONS = 8
-OVERRIDES = [o for o in TINY_OVERRIDES if not o.startswith("iterations=")] + [f"iterations={ITERATIONS}", "eval.every=4"]
+OVERRIDES = [o for o in TINY_OVERRIDES if not o.startswith("iterations=")] + [
+    f"iterations={ITERATIONS}",
+    "eval.every=4",
+]
 
 
 @pytest.fixture(scope="module")
@@ -50,8 +53,15 @@ def _same_run(run_dir: Path, baseline: Path) -> None:
 
 
 def test_strip_timing_drops_exactly_timing_fields():
-    record = {"iteration": 3, "seconds": 1.0, "tokens_per_s": 9.0, "eval_time": 2, "timing": {"a": 1},
-              "loss": 0.5, "nested": {"update_seconds": 1, "kl": 0.1}}
+    record = {
+        "iteration": 3,
+        "seconds": 1.0,
+        "tokens_per_s": 9.0,
+        "eval_time": 2,
+        "timing": {"a": 1},
+        "loss": 0.5,
+        "nested": {"update_seconds": 1, "kl": 0.1},
+    }
     assert strip_timing(record) == {"iteration": 3, "loss": 0.5, "nested": {"kl": 0.1}}
 
 
@@ -66,8 +76,12 @@ def test_chaos_kills_then_resume_ends_bit_for_bit(baseline, server_env, tmp_path
     final = run_attempt(run_dir, OVERRIDES, env=server_env)
     assert final.returncode == 0, final.output
     # every resumed attempt continued from a complete iteration and never went backwards
-    resumed = [int(line.split()[3]) for a in attempts[1:] + [final] for line in a.output.splitlines()
-               if line.startswith("resuming after iteration")]
+    resumed = [
+        int(line.split()[3])
+        for a in attempts[1:] + [final]
+        for line in a.output.splitlines()
+        if line.startswith("resuming after iteration")
+    ]
     assert resumed == sorted(resumed) and len(resumed) >= len(attempts) - 1
     _same_run(run_dir, baseline)
 

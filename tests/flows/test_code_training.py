@@ -12,11 +12,22 @@ from spotrl.storage.parquet import read_frame
 from spotrl.storage.rollouts import find_shard, write_shard
 
 CODE_OVERRIDES = [
-    "problem.name=code", "model.vocab_size=100", "problem.train_size=16", "problem.eval_size=4",
+    "problem.name=code",
+    "model.vocab_size=100",
+    "problem.train_size=16",
+    "problem.eval_size=4",
     "rollout.max_new_tokens=104",  # the longest reference solution takes 103 tokens with EOS
-    "rollout.prompts_per_iteration=4", "rollout.group_size=2", "rollout.shards=1", "algorithm.minibatches=1",
-    "warmstart.max_steps=2", "warmstart.check_every=10", "warmstart.check_prompts=2",  # no greedy check: 1 compile less
-    "eval.prompts=2", "eval.n=2", "eval.k=2", "problem.verify_workers=2",
+    "rollout.prompts_per_iteration=4",
+    "rollout.group_size=2",
+    "rollout.shards=1",
+    "algorithm.minibatches=1",
+    "warmstart.max_steps=2",
+    "warmstart.check_every=10",
+    "warmstart.check_prompts=2",  # no greedy check: 1 compile less
+    "eval.prompts=2",
+    "eval.n=2",
+    "eval.k=2",
+    "problem.verify_workers=2",
 ]
 
 
@@ -57,18 +68,27 @@ def _shard(config, run, completions, stopped):
     train, _ = codetask.make_splits(0, 2, 1)
     meta = [json.loads(m) for m in train["metadata"]]
     g = config.rollout.group_size
-    frame = pd.DataFrame({
-        "prompt_id": [i for i in train["id"] for _ in range(g)], "prompt": [p for p in train["prompt"] for _ in range(g)],
-        "answer": [t for t in train["tests"] for _ in range(g)], "sample": np.tile(np.arange(g), 2),
-        "completion": [c(m) for m in meta for c in completions], "tokens": [np.zeros(4, np.int32)] * 2 * g,
-        "logprobs": [np.zeros(4, np.float32)] * 2 * g, "length": [4] * 2 * g,
-        "stopped": stopped * 2, "weights_version": 0})
+    frame = pd.DataFrame(
+        {
+            "prompt_id": [i for i in train["id"] for _ in range(g)],
+            "prompt": [p for p in train["prompt"] for _ in range(g)],
+            "answer": [t for t in train["tests"] for _ in range(g)],
+            "sample": np.tile(np.arange(g), 2),
+            "completion": [c(m) for m in meta for c in completions],
+            "tokens": [np.zeros(4, np.int32)] * 2 * g,
+            "logprobs": [np.zeros(4, np.float32)] * 2 * g,
+            "length": [4] * 2 * g,
+            "stopped": stopped * 2,
+            "weights_version": 0,
+        }
+    )
     path, sha256 = write_shard(run / "rollouts", 1, 0, "rollouts", frame)
     return {"uri": str(path), "sha256": sha256, "iteration": 1, "shard": 0}
 
 
 def test_reward_stage_scores_code_in_the_sandbox_and_never_scores_its_failure_0(
-        prefect_harness, tmp_path, code_config, monkeypatch):
+    prefect_harness, tmp_path, code_config, monkeypatch
+):
     from prefect import flow
 
     from spotrl.problems.code import completion_text
@@ -96,7 +116,8 @@ def test_reward_stage_scores_code_in_the_sandbox_and_never_scores_its_failure_0(
     @flow
     def score_once():
         state = stages.reward.with_options(result_storage=run / "prefect-results", refresh_cache=True)(
-            config, str(run), ref, return_state=True)
+            config, str(run), ref, return_state=True
+        )
         return state.type.value, state.message
 
     state, message = score_once()

@@ -11,8 +11,18 @@ from spotrl.flows import rundir
 def test_deployment_run_through_process_worker(prefect_server, tmp_path, tiny_config):
     run_dir = tmp_path / "deployed-run"
     params = {"config": tiny_config.model_dump(mode="json"), "run_dir": str(run_dir)}
-    out = prefect_server.cli("deployment", "run", "train/train", "--params", json.dumps(params),
-                             "--watch", "--watch-timeout", "300", timeout=360, check=False)
+    out = prefect_server.cli(
+        "deployment",
+        "run",
+        "train/train",
+        "--params",
+        json.dumps(params),
+        "--watch",
+        "--watch-timeout",
+        "300",
+        timeout=360,
+        check=False,
+    )
     assert out.returncode == 0, out.stdout + out.stderr + prefect_server.log("worker", 3000)
     assert "Completed" in out.stdout + out.stderr
     assert rundir.read_config(run_dir) == tiny_config

@@ -25,11 +25,13 @@ def test_sigterm_sets_a_flag_and_check_stops_there():
 
 
 def test_a_stage_past_the_grace_period_exits_with_the_preempted_code():
-    code = ("import os, signal, time\n"
-            "from spotrl.flows.preemption import PreemptionGuard\n"
-            "with PreemptionGuard(grace_seconds=0.3):\n"
-            "    os.kill(os.getpid(), signal.SIGTERM)\n"
-            "    time.sleep(30)  # a stage that does not finish in time\n")
+    code = (
+        "import os, signal, time\n"
+        "from spotrl.flows.preemption import PreemptionGuard\n"
+        "with PreemptionGuard(grace_seconds=0.3):\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)\n"
+        "    time.sleep(30)  # a stage that does not finish in time\n"
+    )
     started = time.monotonic()
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.returncode == EXIT_PREEMPTED
@@ -48,11 +50,13 @@ def test_failpoint_spec_parsing():
 
 def test_failpoint_kills_only_at_its_point_and_once(tmp_path):
     marker = tmp_path / "fired"
-    code = ("from spotrl.faults import failpoint\n"
-            "failpoint('update.step', 1); failpoint('publish.flip', 2)\n"
-            "print('passed', flush=True)\n"
-            "failpoint('publish.flip', 3)\n"
-            "print('survived')\n")
+    code = (
+        "from spotrl.faults import failpoint\n"
+        "failpoint('update.step', 1); failpoint('publish.flip', 2)\n"
+        "print('passed', flush=True)\n"
+        "failpoint('publish.flip', 3)\n"
+        "print('survived')\n"
+    )
     env = {**os.environ, "SPOTRL_KILL_AT": "publish.flip@3", "SPOTRL_KILL_ONCE": str(marker)}
     first = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert first.returncode == -signal.SIGKILL and first.stdout == "passed\n"

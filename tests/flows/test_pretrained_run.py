@@ -16,10 +16,13 @@ from flax import nnx
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from spotrl.flows import rundir  # noqa: E402
+from conftest import TINY_OVERRIDES  # noqa: E402
+from hf_fixtures import randomize, torch_logits, write_qwen_tokenizer  # noqa: E402
+
 from spotrl.cli.main import main as cli_main  # noqa: E402
 from spotrl.config import ConfigError, RunConfig  # noqa: E402
 from spotrl.configs import build_config  # noqa: E402
+from spotrl.flows import rundir  # noqa: E402
 from spotrl.model.hf.config import CheckpointError  # noqa: E402
 from spotrl.model.hf.loader import check_checkpoint, load_tokenizer  # noqa: E402
 from spotrl.model.policy import abstract_model  # noqa: E402
@@ -28,13 +31,21 @@ from spotrl.storage.checkpoints import CheckpointStore  # noqa: E402
 from spotrl.storage.parquet import read_frame  # noqa: E402
 from spotrl.storage.rollouts import find_shard  # noqa: E402
 from spotrl.storage.weights import WeightStore  # noqa: E402
-from conftest import TINY_OVERRIDES  # noqa: E402
-from hf_fixtures import randomize, torch_logits, write_qwen_tokenizer  # noqa: E402
 
 # the tiny overrides' architecture keys (hidden 32, intermediate 64, 2 layers) agree with the checkpoint
-SHAPE = dict(vocab_size=320, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-             num_key_value_heads=2, tie_word_embeddings=False)
-OVERRIDES = [o for o in TINY_OVERRIDES if not o.startswith("iterations=")] + ["iterations=2", "rollout.max_new_tokens=6"]
+SHAPE = dict(
+    vocab_size=320,
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    tie_word_embeddings=False,
+)
+OVERRIDES = [o for o in TINY_OVERRIDES if not o.startswith("iterations=")] + [
+    "iterations=2",
+    "rollout.max_new_tokens=6",
+]
 
 
 @pytest.fixture(scope="module")
@@ -64,13 +75,18 @@ def test_config_takes_the_architecture_from_the_checkpoint(checkpoint):
     assert (m.vocab_size, m.qkv_bias, m.tie_embeddings, m.num_heads, m.num_kv_heads) == (320, True, False, 4, 2)
     assert m.dtype == "float32"  # the config's default, whatever the checkpoint's
     assert build_config(None, OVERRIDES + [f"model.path={path}", "model.dtype=bfloat16"]).model.dtype == "bfloat16"
-    with pytest.raises(ConfigError, match=r"model: .*config.json disagrees.*model.hidden_size: config 48, checkpoint 32"):
+    with pytest.raises(
+        ConfigError, match=r"model: .*config.json disagrees.*model.hidden_size: config 48, checkpoint 32"
+    ):
         build_config(None, OVERRIDES + [f"model.path={path}", "model.hidden_size=48"])
     # validation alone does no I/O: a RunConfig validated directly (a deployment's parameter) is
     # checked against the checkpoint when the run starts (RunContext -> build_policy -> check_checkpoint)
     direct = RunConfig.model_validate({**config.model_dump(), "model": {**m.model_dump(), "hidden_size": 48}})
-    with pytest.raises(CheckpointError, match=r"config.json: the run config's model does not match it:\n"
-                                              r"  model.hidden_size: config 48, checkpoint 32"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"config.json: the run config's model does not match it:\n"
+        r"  model.hidden_size: config 48, checkpoint 32",
+    ):
         check_checkpoint(direct.model)
 
 
@@ -93,13 +109,14 @@ def test_two_iterations_from_the_checkpoint(finished, checkpoint):
     frame = pd.concat([read_frame(find_shard(run_dir / "rollouts", 1, s, "rollouts")) for s in range(2)])
     stop_ids = {auto.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|endoftext|>")}
     for _, row in frame.head(8).iterrows():
-        prompt = auto.apply_chat_template([{"role": "user", "content": row["prompt"]}], add_generation_prompt=True,
-                                          tokenize=False)
+        prompt = auto.apply_chat_template(
+            [{"role": "user", "content": row["prompt"]}], add_generation_prompt=True, tokenize=False
+        )
         assert prompt.startswith("<|im_start|>system")
         ids = auto(prompt)["input_ids"]
         n = int(row["length"])
         completion = [int(t) for t in row["tokens"][:n]]
-        logits = torch_logits(torch_model, np.array([ids + completion]))[0, len(ids) - 1:-1]
+        logits = torch_logits(torch_model, np.array([ids + completion]))[0, len(ids) - 1 : -1]
         logprobs = torch.log_softmax(torch.tensor(logits, dtype=torch.float64), -1).numpy()
         expected = np.take_along_axis(logprobs, np.array(completion)[:, None], 1)[:, 0]
         np.testing.assert_allclose(np.asarray(row["logprobs"][:n]), expected, atol=1e-4)
@@ -120,11 +137,13 @@ def test_chat_template_is_a_choice(checkpoint):
     model = build_config(None, OVERRIDES + [f"model.path={path}"]).model
     auto = transformers.AutoTokenizer.from_pretrained(path)
     prompt = "0012+0345="
-    templated = auto.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
-                                         tokenize=False)
+    templated = auto.apply_chat_template(
+        [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False
+    )
     for choice, expected in ((True, auto(templated)["input_ids"]), (False, auto(prompt)["input_ids"])):
         tokens, valid = load_tokenizer(model.model_copy(update={"chat_template": choice})).encode_batch_left_padded(
-            [prompt, "1+1="])
+            [prompt, "1+1="]
+        )
         assert tokens[0][valid[0]].tolist() == expected
 
 
@@ -190,14 +209,15 @@ for name, mesh in (("one", []), ("mesh", ["model.mesh.fsdp=2", "model.mesh.tp=4"
     ctx.weights.publish(0, ctx.policy.to_pure(state["params"]))
     pulled = ctx.pull(0)
     q = lambda s: s["layers"][0]["self_attn"]["q_proj"]["kernel"]
-    done = sample_completions(ctx.policy.graphdef, pulled, ctx.tokenizer, prompts, 4, ctx.sampling(1.0), jax.random.key(0))
+    done = sample_completions(ctx.policy.graphdef, pulled, ctx.tokenizer, prompts, 4, ctx.sampling(1.0),
+                              jax.random.key(0))
     tokens, valid = join(done.prompt_tokens, done.prompt_valid, done.tokens, done.lengths)
     batch = RLBatch(jnp.asarray(tokens), jnp.asarray(valid), jnp.asarray(done.logprobs),
                     jnp.asarray(np.linspace(-1, 1, len(tokens)), jnp.float32))
     step = build_rl_step(ctx.policy.graphdef, ctx.optimizer, loss_spec(ctx.config.algorithm, 6), 1.0)
     updated, metrics = step(restored, batch)
-    out[name] = {"specs": [getattr(q(x).sharding, "spec", None) and list(q(x).sharding.spec) for x in (ctx.policy.init_state, restored["params"], pulled,
-                                                              updated["params"])],
+    placed = (ctx.policy.init_state, restored["params"], pulled, updated["params"])
+    out[name] = {"specs": [getattr(q(x).sharding, "spec", None) and list(q(x).sharding.spec) for x in placed],
                  "tokens": done.tokens.tolist(), "loss": float(metrics["loss"]), "ratio": float(metrics["ratio_mean"]),
                  "q": np.asarray(q(updated["params"])).tolist()}
 print(json.dumps(out))
@@ -215,8 +235,14 @@ def test_a_mesh_of_8_devices_trains_like_one(checkpoint, tmp_path):
     script = tmp_path / "mesh_run.py"
     script.write_text(_MESH_SCRIPT)
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu"}
-    proc = subprocess.run([sys.executable, str(script), str(path), json.dumps(OVERRIDES)], capture_output=True,
-                          text=True, env=env, timeout=300, cwd=Path(__file__).resolve().parents[2])
+    proc = subprocess.run(
+        [sys.executable, str(script), str(path), json.dumps(OVERRIDES)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        cwd=Path(__file__).resolve().parents[2],
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     one, mesh = result["one"], result["mesh"]

@@ -6,9 +6,10 @@ threads next to JAX's in pytest's long-lived process are what we do not want to 
 
 import os
 
+from conftest import LEARNING_OVERRIDES
+
 from spotrl.chaos import read_jsonl, run_attempt, strip_timing
 from spotrl.storage.weights import WeightStore
-from conftest import LEARNING_OVERRIDES
 
 
 def test_ray_fan_out_matches_the_thread_pool(prefect_harness, tmp_path):
@@ -18,8 +19,12 @@ def test_ray_fan_out_matches_the_thread_pool(prefect_harness, tmp_path):
     overrides = LEARNING_OVERRIDES + ["iterations=1", "rollout.shards=2", "eval.prompts=8"]
     runs, drivers = {}, {}
     for runner in ("threads", "ray"):
-        attempt = run_attempt(tmp_path / runner, overrides + [f"rollout.task_runner={runner}"], env=env,
-                              on_line=lambda process, line, r=runner: drivers.setdefault(r, process.pid))
+        attempt = run_attempt(
+            tmp_path / runner,
+            overrides + [f"rollout.task_runner={runner}"],
+            env=env,
+            on_line=lambda process, line, r=runner: drivers.setdefault(r, process.pid),
+        )
         assert attempt.returncode == 0, attempt.output
         runs[runner] = read_jsonl(tmp_path / runner / "metrics.jsonl")
     digests = {r: WeightStore(tmp_path / r / "weights").verified_digest() for r in runs}

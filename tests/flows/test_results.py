@@ -1,6 +1,5 @@
 """Result storage for the stage tasks: a saved block per run directory (storage/results.py)."""
 
-
 import pytest
 from prefect import flow, task
 from prefect.filesystems import LocalFileSystem

@@ -8,23 +8,25 @@ import json
 import shutil
 
 import pytest
+from conftest import TINY_OVERRIDES
 
 from spotrl.chaos import read_jsonl, strip_timing
-from spotrl.flows import rundir
 from spotrl.configs import build_config
+from spotrl.flows import rundir
 from spotrl.flows.resume import find_resume_point
 from spotrl.storage.checkpoints import CheckpointStore
 from spotrl.storage.quarantine import quarantine_log
 from spotrl.storage.weights import WeightStore
 from spotrl.tasks.context import get_context
-from conftest import TINY_OVERRIDES
 
 ITERATIONS = 4
 
 
 @pytest.fixture(scope="module")
 def config():
-    return build_config(None, [o for o in TINY_OVERRIDES if not o.startswith("iterations=")] + [f"iterations={ITERATIONS}"])
+    return build_config(
+        None, [o for o in TINY_OVERRIDES if not o.startswith("iterations=")] + [f"iterations={ITERATIONS}"]
+    )
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +54,9 @@ def _resume(run_dir, config):
 def _assert_same(run_dir, finished):
     assert WeightStore(run_dir / "weights").verified_digest() == WeightStore(finished / "weights").verified_digest()
     for name in ("metrics.jsonl", "eval.jsonl"):
-        assert [strip_timing(r) for r in read_jsonl(run_dir / name)] == [strip_timing(r) for r in read_jsonl(finished / name)]
+        assert [strip_timing(r) for r in read_jsonl(run_dir / name)] == [
+            strip_timing(r) for r in read_jsonl(finished / name)
+        ]
 
 
 def _truncate(path):
@@ -74,7 +78,9 @@ def test_truncated_newest_checkpoint_is_quarantined_and_redone(finished, config,
     assert point.iteration == newest - 1 and point.refresh
     assert any("checksum mismatch" in note for note in point.notes)
     assert [entry["path"] for entry in quarantine_log(run_dir)] == [
-        f"checkpoints/iter_{newest:06d}", f"checkpoints/iter_{newest:06d}.sealed.json"]
+        f"checkpoints/iter_{newest:06d}",
+        f"checkpoints/iter_{newest:06d}.sealed.json",
+    ]
     assert (run_dir / "quarantine" / "checkpoints" / f"iter_{newest:06d}").is_dir()
 
     _resume(run_dir, config)

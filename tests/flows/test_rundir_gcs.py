@@ -17,12 +17,12 @@ import pytest
 from conftest import TINY_OVERRIDES, make_bucket
 
 from spotrl.chaos import strip_timing
-from spotrl.flows import rundir
 from spotrl.cli.main import main as cli_main
 from spotrl.configs import build_config
+from spotrl.flows import rundir
 from spotrl.storage.checkpoints import CheckpointError, CheckpointStore
-from spotrl.storage.quarantine import quarantine_log
 from spotrl.storage.paths import RemotePath, generation
+from spotrl.storage.quarantine import quarantine_log
 from spotrl.storage.weights import WeightStore
 from spotrl.tasks.context import get_context
 
@@ -50,7 +50,8 @@ def _train(config, run_dir: str):
 
 
 def test_training_on_gcs_writes_nothing_locally_resumes_and_matches_local(
-        prefect_harness, moving_config, bucket, gcs, tmp_path, monkeypatch):
+    prefect_harness, moving_config, bucket, gcs, tmp_path, monkeypatch
+):
     tiny_config = moving_config
     monkeypatch.chdir(tmp_path / ".")  # a relative path or a gs: folder created by mistake would land here
     run_url = f"{bucket}/runs/tiny"
@@ -61,14 +62,26 @@ def test_training_on_gcs_writes_nothing_locally_resumes_and_matches_local(
     key = run_url.removeprefix("gs://")
     gcs.invalidate_cache()  # the fixture's gcsfs caches listings; this process wrote through another instance
     files = set(gcs.find(key))
-    expected = ["config.yaml", "metrics.jsonl", "eval.jsonl", "metrics/iter_000002.json", "eval/iter_000002.json",
-                "data/manifest.json", "data/train.parquet", "checkpoints/iter_000002.sealed.json",
-                "checkpoints/iter_000002/commit_success.txt", "weights/LATEST", "weights/v000002/manifest.json",
-                "weights/v000002/model.safetensors"]
+    expected = [
+        "config.yaml",
+        "metrics.jsonl",
+        "eval.jsonl",
+        "metrics/iter_000002.json",
+        "eval/iter_000002.json",
+        "data/manifest.json",
+        "data/train.parquet",
+        "checkpoints/iter_000002.sealed.json",
+        "checkpoints/iter_000002/commit_success.txt",
+        "weights/LATEST",
+        "weights/v000002/manifest.json",
+        "weights/v000002/model.safetensors",
+    ]
     assert [name for name in expected if f"{key}/{name}" not in files] == []
     assert f"{key}/.lock" not in files  # the lease is released at the end
     for kind in ("rollouts", "scored"):
-        assert len([f for f in files if f.startswith(f"{key}/rollouts/iter_000002/{kind}_")]) == tiny_config.rollout.shards
+        assert (
+            len([f for f in files if f.startswith(f"{key}/rollouts/iter_000002/{kind}_")]) == tiny_config.rollout.shards
+        )
     assert gcs.cat_file(f"{key}/weights/LATEST") == b"2\n"
     assert len([f for f in files if f.startswith(f"{key}/prefect-results/")]) >= 10
     metrics = rundir.read_records(run_url, "metrics")
@@ -78,11 +91,14 @@ def test_training_on_gcs_writes_nothing_locally_resumes_and_matches_local(
     # every one of its tasks a cache hit read from the Prefect results on gs://
     for name in ("metrics/iter_000002.json", "eval/iter_000002.json"):
         gcs.rm_file(f"{key}/{name}")
+
     # A task that ran again would write its result object again (a new generation); a cache hit
     # only reads it. So: every result object unchanged, none added, and no checkpoint or weights rewritten.
     def generations(*prefixes):
         gcs.invalidate_cache()
-        return {f: gcs.info(f)["generation"] for f in gcs.find(key) if f.startswith(tuple(f"{key}/{p}" for p in prefixes))}
+        return {
+            f: gcs.info(f)["generation"] for f in gcs.find(key) if f.startswith(tuple(f"{key}/{p}" for p in prefixes))
+        }
 
     before = generations("prefect-results/", "checkpoints/", "weights/v")
     _train(tiny_config, run_url)
@@ -130,7 +146,9 @@ def test_checkpoint_on_gcs_round_trips_and_refuses_damage(bucket, gcs):
 
 
 def test_missing_bucket_fails_before_any_work_naming_the_path(gcs, tiny_config):
-    with pytest.raises(rundir.RunDirError, match=r"gs://spotrl-no-such-bucket/run: bucket gs://spotrl-no-such-bucket does not exist"):
+    with pytest.raises(
+        rundir.RunDirError, match=r"gs://spotrl-no-such-bucket/run: bucket gs://spotrl-no-such-bucket does not exist"
+    ):
         rundir.prepare("gs://spotrl-no-such-bucket/run", tiny_config)
     with pytest.raises(rundir.RunDirError, match="gs://: not a URL with a bucket"):
         rundir.prepare("gs://", tiny_config)
@@ -150,8 +168,16 @@ def test_run_lease_on_gcs_excludes_a_second_trainer_and_outlives_no_one(bucket, 
     # SIGKILLed on this host: its pid is gone, so the lease is taken over at once
     dead = subprocess.Popen(["true"])
     dead.wait()
-    lock.write_bytes(json.dumps({"holder": f"pid {dead.pid}", "pid": dead.pid, "host": os.uname().nodename,
-                                 "expires_unix": time.time() + 600}).encode())
+    lock.write_bytes(
+        json.dumps(
+            {
+                "holder": f"pid {dead.pid}",
+                "pid": dead.pid,
+                "host": os.uname().nodename,
+                "expires_unix": time.time() + 600,
+            }
+        ).encode()
+    )
     with rundir.exclusive(run):
         assert json.loads(lock.read_bytes())["pid"] == os.getpid()
 
@@ -179,4 +205,3 @@ def test_latest_only_moves_forward_with_two_publishers(bucket):
     assert b.latest() == 6
     latest = RemotePath(f"{root}/LATEST")
     assert generation(latest) > 0 and generation(RemotePath(f"{root}/NOTHING")) == 0
-

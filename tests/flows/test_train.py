@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from spotrl.flows import rundir
 from spotrl.cli.main import main as cli_main
+from spotrl.flows import rundir
 from spotrl.storage.atomic import sha256_file
 from spotrl.storage.parquet import read_frame
 from spotrl.storage.rollouts import find_shard

@@ -42,8 +42,12 @@ def test_paths_of_a_train_state_name_the_parameter():
     params = Policy(ModelConfig(num_layers=1), init_seed=0).init_state
     state = {"params": params, "opt_state": optax.adam(1e-3).init(params)}
     paths = {sharding.path_string(k) for k, _ in jax.tree_util.tree_flatten_with_path(state)[0]}
-    assert {"params.layers.0.self_attn.q_proj.kernel", "opt_state.0.mu.layers.0.self_attn.q_proj.kernel",
-            "opt_state.0.count", "params.embed_tokens.embedding"} <= paths
+    assert {
+        "params.layers.0.self_attn.q_proj.kernel",
+        "opt_state.0.mu.layers.0.self_attn.q_proj.kernel",
+        "opt_state.0.count",
+        "params.embed_tokens.embedding",
+    } <= paths
 
 
 def test_axes_that_do_not_divide_or_repeat_are_dropped(mesh222):
@@ -127,8 +131,12 @@ def test_sharded_train_step_equals_one_device(tmp_path):
     script = tmp_path / "sharded_step.py"
     script.write_text(_SCRIPT)
     root = Path(__file__).resolve().parents[2]
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu",
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
+    env = {
+        **os.environ,
+        "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
+        "JAX_PLATFORMS": "cpu",
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])),
+    }
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300, cwd=root)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])

@@ -9,7 +9,9 @@ from spotrl.model.transformer import Transformer, causal_mask, forward, init_cac
 
 
 def _model(**kw):
-    cfg = ModelConfig(vocab_size=16, hidden_size=32, intermediate_size=48, num_layers=2, num_heads=4, num_kv_heads=2, **kw)
+    cfg = ModelConfig(
+        vocab_size=16, hidden_size=32, intermediate_size=48, num_layers=2, num_heads=4, num_kv_heads=2, **kw
+    )
     return cfg, Transformer(cfg, rngs=nnx.Rngs(0))
 
 
@@ -29,13 +31,23 @@ def test_cached_decoding_equals_full_forward(tie, bias):
     key_valid = jnp.asarray(valid)  # every slot's validity is known up front
     cache = init_cache(cfg, batch, slots)
     positions = positions_from_mask(key_valid)
-    logits, cache = model(jnp.asarray(tokens[:, :prompt_len]), positions[:, :prompt_len],
-                          causal_mask(jnp.arange(prompt_len), key_valid), cache, 0)
+    logits, cache = model(
+        jnp.asarray(tokens[:, :prompt_len]),
+        positions[:, :prompt_len],
+        causal_mask(jnp.arange(prompt_len), key_valid),
+        cache,
+        0,
+    )
     np.testing.assert_allclose(logits[:, -1], full[:, prompt_len - 1], atol=1e-5)
     for i in range(steps):
         slot = prompt_len + i
-        step_logits, cache = model(jnp.asarray(tokens[:, slot : slot + 1]), positions[:, slot : slot + 1],
-                                   causal_mask(jnp.full((1,), slot), key_valid), cache, slot)
+        step_logits, cache = model(
+            jnp.asarray(tokens[:, slot : slot + 1]),
+            positions[:, slot : slot + 1],
+            causal_mask(jnp.full((1,), slot), key_valid),
+            cache,
+            slot,
+        )
         np.testing.assert_allclose(step_logits[:, 0], full[:, slot], atol=1e-5)
 
 

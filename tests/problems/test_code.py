@@ -3,8 +3,8 @@ tests in the real sandbox (and a wrong one does not)."""
 
 import json
 
-from spotrl.problems import code as codetask
 from spotrl.curation.schema import canonical_failures
+from spotrl.problems import code as codetask
 from spotrl.rewards.code_tests import plan_tests
 from spotrl.rewards.sandbox.runner import Limits, Sandbox
 from spotrl.rewards.score import score

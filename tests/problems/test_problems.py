@@ -49,12 +49,15 @@ def test_builtin_splits_and_targets():
     assert PROBLEMS["code"].target(None, "not json") is None
 
 
-@pytest.mark.parametrize("override, key, known", [
-    ("problem.name=poetry", "problem.name", "['arithmetic', 'code', 'math']"),
-    ("algorithm.advantage=ppo_v9", "algorithm.advantage", "'gae', 'grpo'"),
-    ("algorithm.aggregation=sum", "algorithm.aggregation", "'token_mean'"),
-    ("algorithm.kl.estimator=k4", "algorithm.kl.estimator", "['k1', 'k2', 'k3']"),
-])
+@pytest.mark.parametrize(
+    "override, key, known",
+    [
+        ("problem.name=poetry", "problem.name", "['arithmetic', 'code', 'math']"),
+        ("algorithm.advantage=ppo_v9", "algorithm.advantage", "'gae', 'grpo'"),
+        ("algorithm.aggregation=sum", "algorithm.aggregation", "'token_mean'"),
+        ("algorithm.kl.estimator=k4", "algorithm.kl.estimator", "['k1', 'k2', 'k3']"),
+    ],
+)
 def test_unknown_registered_name_names_the_key_and_the_known_names(override, key, known):
     with pytest.raises(ConfigError) as err:
         build_config(None, [override])

@@ -10,21 +10,64 @@ from spotrl.rewards.score import score
 from spotrl.rewards.verifiers import get_verifier
 
 EQUIVALENT = [
-    ("\\frac{3}{4}", "0.75"), ("3/4", "0.75"), ("\\dfrac12", "0.5"), ("\\tfrac{1}{2}", "1/2"),
-    ("-\\frac{1}{2}", "-0.5"), ("\\frac{-1}{2}", "-1/2"), ("\\frac{6}{8}", "\\frac{3}{4}"),
-    ("1,000", "1000"), ("1,234,567.5", "1234567.5"), ("12", "12.00"), ("6", "6.0"), ("0", "-0"),
-    ("2\\sqrt{2}", "\\sqrt{8}"), ("\\sqrt{4}", "2"), ("\\sqrt2", "\\sqrt{2}"), ("\\frac{1}{\\sqrt{2}}", "\\frac{\\sqrt{2}}{2}"),
-    ("2\\pi", "\\pi \\cdot 2"), ("2\\pi", "2pi"), ("10^{3}", "1000"), ("2^{-1}", "0.5"), ("1e3", "1000"),
-    ("x = 5", "5"), ("5 apples", "5"), ("12\\text{ cm}", "12"), ("50\\%", "50"), ("90^\\circ", "90"), ("\\$5", "5"),
-    ("$\\frac{1}{3}$", "\\frac13"), ("\\left( 1, 2 \\right)", "(1,2)"), ("2\\frac{1}{2}", "5/2"),
-    ("2(x+1)", "2x+2"), ("x^2-1", "(x-1)(x+1)"), ("3x", "x \\times 3"), ("\\frac{x}{2}", "0.5x"),
-    ("1, 2", "2, 1"), ("(1, 2)", "(1,2)"), ("Yes", "yes"), ("\\text{(A)}", "(A)"), ("3 \\div 4", "0.75"),
+    ("\\frac{3}{4}", "0.75"),
+    ("3/4", "0.75"),
+    ("\\dfrac12", "0.5"),
+    ("\\tfrac{1}{2}", "1/2"),
+    ("-\\frac{1}{2}", "-0.5"),
+    ("\\frac{-1}{2}", "-1/2"),
+    ("\\frac{6}{8}", "\\frac{3}{4}"),
+    ("1,000", "1000"),
+    ("1,234,567.5", "1234567.5"),
+    ("12", "12.00"),
+    ("6", "6.0"),
+    ("0", "-0"),
+    ("2\\sqrt{2}", "\\sqrt{8}"),
+    ("\\sqrt{4}", "2"),
+    ("\\sqrt2", "\\sqrt{2}"),
+    ("\\frac{1}{\\sqrt{2}}", "\\frac{\\sqrt{2}}{2}"),
+    ("2\\pi", "\\pi \\cdot 2"),
+    ("2\\pi", "2pi"),
+    ("10^{3}", "1000"),
+    ("2^{-1}", "0.5"),
+    ("1e3", "1000"),
+    ("x = 5", "5"),
+    ("5 apples", "5"),
+    ("12\\text{ cm}", "12"),
+    ("50\\%", "50"),
+    ("90^\\circ", "90"),
+    ("\\$5", "5"),
+    ("$\\frac{1}{3}$", "\\frac13"),
+    ("\\left( 1, 2 \\right)", "(1,2)"),
+    ("2\\frac{1}{2}", "5/2"),
+    ("2(x+1)", "2x+2"),
+    ("x^2-1", "(x-1)(x+1)"),
+    ("3x", "x \\times 3"),
+    ("\\frac{x}{2}", "0.5x"),
+    ("1, 2", "2, 1"),
+    ("(1, 2)", "(1,2)"),
+    ("Yes", "yes"),
+    ("\\text{(A)}", "(A)"),
+    ("3 \\div 4", "0.75"),
 ]
 
 NOT_EQUIVALENT = [
-    ("0.333", "1/3"), ("1.414", "\\sqrt{2}"), ("3.14159", "\\pi"), ("7", "-7"), ("x+1", "x+2"), ("x", "y"),
-    ("(1, 2)", "(2, 1)"), ("[1, 2)", "[1, 2]"), ("1, 2", "1, 2, 3"), ("2^{10000}", "1"), ("12", "1.2"),
-    ("yes", "no"), ("", "0"), ("5", "5x"), ("\\frac{1}{2}", "\\frac{1}{3}"), ("1000", "1,000,1"),
+    ("0.333", "1/3"),
+    ("1.414", "\\sqrt{2}"),
+    ("3.14159", "\\pi"),
+    ("7", "-7"),
+    ("x+1", "x+2"),
+    ("x", "y"),
+    ("(1, 2)", "(2, 1)"),
+    ("[1, 2)", "[1, 2]"),
+    ("1, 2", "1, 2, 3"),
+    ("2^{10000}", "1"),
+    ("12", "1.2"),
+    ("yes", "no"),
+    ("", "0"),
+    ("5", "5x"),
+    ("\\frac{1}{2}", "\\frac{1}{3}"),
+    ("1000", "1,000,1"),
 ]
 
 
@@ -38,16 +81,24 @@ def test_non_equivalent_answers(answer, reference):
     assert not equivalent(answer, reference) and not equivalent(reference, answer)
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("so \\boxed{\\frac{1}{\\sqrt{2}}} done", "\\frac{1}{\\sqrt{2}}"),
-    ("\\boxed{\\{1, 2\\}} and \\boxed{{a}^{b}}", "{a}^{b}"),  # nested braces, the last box
-    ("\\boxed{5} or maybe \\boxed{6}", "6"),  # hedging: only the last counts
-    ("\\fbox{7}", "7"), ("\\boxed 7", "7"),
-    ("Natalia sold 48/2 = 24 clips.\n#### 72", "72"),
-    ("The answer is 42.", "42"), ("Final answer: x = 3\nThanks", "x = 3"), ("answer: -2.5", "-2.5"),
-    ("I think it is 3, no, 5", "5"), ("costs $1,250 in total", "1,250"),
-    ("no number here", None), ("", None),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("so \\boxed{\\frac{1}{\\sqrt{2}}} done", "\\frac{1}{\\sqrt{2}}"),
+        ("\\boxed{\\{1, 2\\}} and \\boxed{{a}^{b}}", "{a}^{b}"),  # nested braces, the last box
+        ("\\boxed{5} or maybe \\boxed{6}", "6"),  # hedging: only the last counts
+        ("\\fbox{7}", "7"),
+        ("\\boxed 7", "7"),
+        ("Natalia sold 48/2 = 24 clips.\n#### 72", "72"),
+        ("The answer is 42.", "42"),
+        ("Final answer: x = 3\nThanks", "x = 3"),
+        ("answer: -2.5", "-2.5"),
+        ("I think it is 3, no, 5", "5"),
+        ("costs $1,250 in total", "1,250"),
+        ("no number here", None),
+        ("", None),
+    ],
+)
 def test_extract_answer(text, expected):
     assert extract_answer(text) == expected
 
@@ -83,6 +134,7 @@ def test_registry_and_score_use_the_math_verifier():
 
 
 # ---------------------------------------------------------------------------------- composition
+
 
 def test_format_reward_only_counts_when_correct():
     reward = compose(math_reward, [Term("boxed", boxed_format, 0.2), Term("stopped", stopped_format, 0.1)])

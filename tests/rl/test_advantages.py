@@ -108,9 +108,7 @@ def test_gae_matches_naive_loop():
     rng = np.random.default_rng(0)
     rewards = rng.normal(size=(4, 7)).astype(np.float32)
     values = rng.normal(size=(4, 7)).astype(np.float32)
-    mask = np.array(
-        [[1, 1, 1, 1, 1, 1, 1], [1, 1, 1, 0, 0, 0, 0], [1, 0, 0, 1, 1, 0, 0], [0, 0, 0, 0, 0, 0, 0]], bool
-    )
+    mask = np.array([[1, 1, 1, 1, 1, 1, 1], [1, 1, 1, 0, 0, 0, 0], [1, 0, 0, 1, 1, 0, 0], [0, 0, 0, 0, 0, 0, 0]], bool)
     for gamma, lam in [(1.0, 1.0), (0.99, 0.95), (0.5, 0.0)]:
         adv, ret = gae(jnp.asarray(rewards), jnp.asarray(values), jnp.asarray(mask), gamma, lam)
         ref_adv, ref_ret = _gae_reference(rewards, values, mask, gamma, lam)

@@ -6,19 +6,17 @@ after iteration 0 and runs only RL. The prompt set is small and fixed (32 prompt
 every iteration), so improvement shows in a few iterations instead of hundreds.
 """
 
-
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import LEARNING_OVERRIDES
 
 from spotrl.chaos import read_jsonl
-from spotrl.flows import rundir
 from spotrl.config import ALGORITHMS
 from spotrl.configs import build_config
+from spotrl.flows import rundir
 from spotrl.flows.resume import seed_from_warm_start
 from spotrl.rl.batch import training_batch
-
-from conftest import LEARNING_OVERRIDES
 
 ITERATIONS = 14
 
@@ -68,14 +66,22 @@ def test_preset_raises_mean_reward(name, warm_start_run, tmp_path):
 
 
 def test_dynamic_sampling_short_batch_is_padded_with_a_warning():
-    config = build_config(None, LEARNING_OVERRIDES + ["algorithm.name=dapo", "rollout.prompts_per_iteration=4", "algorithm.minibatches=1"])
+    config = build_config(
+        None, LEARNING_OVERRIDES + ["algorithm.name=dapo", "rollout.prompts_per_iteration=4", "algorithm.minibatches=1"]
+    )
     g = config.rollout.group_size
     rewards = np.zeros(3 * g)
     rewards[g : 2 * g : 2] = 1.0  # only the second of three groups has signal
     frame = pd.DataFrame({"reward": rewards, "prompt": [f"p{i // g}" for i in range(3 * g)], "weights_version": 4})
     r = config.rollout
-    batch = training_batch(frame, 5, group_size=g, prompts=r.prompts_per_iteration, max_staleness=r.max_staleness,
-                           dynamic_sampling=config.algorithm.dynamic_sampling.enabled)
+    batch = training_batch(
+        frame,
+        5,
+        group_size=g,
+        prompts=r.prompts_per_iteration,
+        max_staleness=r.max_staleness,
+        dynamic_sampling=config.algorithm.dynamic_sampling.enabled,
+    )
     assert len(batch.frame) == 4 * g and batch.real_rows == g
     assert list(batch.frame["prompt"][:g]) == ["p1"] * g
     info = batch.info
@@ -104,6 +110,8 @@ def test_stale_rollouts_are_importance_corrected_and_still_learn(warm_start_run,
     assert [m["staleness"] for m in metrics] == [0] + [1] * (ITERATIONS - 1)
     assert all(m["rollouts_dropped_stale"] == 0 for m in metrics)
     later = metrics[2:]  # from iteration 3 on the trainer's weights differ from the sampler's
-    assert max(m["importance_ratio_max"] for m in later) > 1.001 and min(m["importance_ratio_min"] for m in later) < 0.999
+    assert (
+        max(m["importance_ratio_max"] for m in later) > 1.001 and min(m["importance_ratio_min"] for m in later) < 0.999
+    )
     rewards = [m["reward_mean"] for m in metrics]
     assert np.mean(rewards[-3:]) > np.mean(rewards[:3]) + 0.1, rewards

@@ -11,8 +11,14 @@ G = 2  # completions per prompt
 def _frame(rewards, versions):
     """One row per completion, G per prompt in order: prompt 'p<group>', sample 's<row>'."""
     n = len(rewards)
-    return pd.DataFrame({"prompt": [f"p{i // G}" for i in range(n)], "sample": [f"s{i}" for i in range(n)],
-                         "reward": np.asarray(rewards, float), "weights_version": versions})
+    return pd.DataFrame(
+        {
+            "prompt": [f"p{i // G}" for i in range(n)],
+            "sample": [f"s{i}" for i in range(n)],
+            "reward": np.asarray(rewards, float),
+            "weights_version": versions,
+        }
+    )
 
 
 def test_stale_rollouts_are_dropped_and_counted():
@@ -37,8 +43,13 @@ def test_dynamic_sampling_keeps_the_first_groups_with_signal():
     batch = training_batch(frame, 5, group_size=G, prompts=2, max_staleness=0, dynamic_sampling=True)
     assert list(batch.frame["sample"]) == ["s2", "s3", "s6", "s7"]
     assert batch.real_rows == 4 and batch.warning is None
-    assert batch.info == {"rollouts_dropped_stale": 0, "groups_generated": 5, "groups_dropped": 2,
-                          "groups_trained": 2, "batch_short_groups": 0}
+    assert batch.info == {
+        "rollouts_dropped_stale": 0,
+        "groups_generated": 5,
+        "groups_dropped": 2,
+        "groups_trained": 2,
+        "batch_short_groups": 0,
+    }
 
 
 def test_a_short_batch_is_padded_with_the_first_row_and_a_warning():
@@ -47,8 +58,9 @@ def test_a_short_batch_is_padded_with_the_first_row_and_a_warning():
     assert list(batch.frame["sample"]) == ["s2", "s3", "s0", "s0", "s0", "s0"]
     assert batch.real_rows == 2
     assert batch.info["groups_trained"] == 1 and batch.info["batch_short_groups"] == 2
-    assert batch.warning == ("dynamic sampling: only 1 of 3 groups had signal after 3 generated; "
-                             "training on 1 (the rest is padding)")
+    assert batch.warning == (
+        "dynamic sampling: only 1 of 3 groups had signal after 3 generated; training on 1 (the rest is padding)"
+    )
     assert list(batch.frame.index) == list(range(6))
 
 

@@ -34,4 +34,5 @@ def test_truncated_weights():
     np.testing.assert_allclose(weights, expected, rtol=1e-6)
     # the same numbers as the expression the update stage used before it moved here
     np.testing.assert_array_equal(
-        weights, np.minimum(np.exp(np.where(MASK, PROX - BEHAVIOUR, 0.0)), 2.0).astype(np.float32))
+        weights, np.minimum(np.exp(np.where(MASK, PROX - BEHAVIOUR, 0.0)), 2.0).astype(np.float32)
+    )

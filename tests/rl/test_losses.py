@@ -106,8 +106,9 @@ def test_dual_clip_by_hand():
     loss_fn = lambda lp, a: policy_loss(lp, old, a, mask, clip_low=0.2, dual_clip=3.0)  # noqa: E731
     loss, m = loss_fn(logp, jnp.array([-1.0]))
     np.testing.assert_allclose(loss, 5.8 / 3, rtol=1e-6)
-    np.testing.assert_allclose([m["dual_clip_frac"], m["clip_frac_low"], m["clip_frac_high"]], [1 / 3, 1 / 3, 0],
-                               atol=1e-7)
+    np.testing.assert_allclose(
+        [m["dual_clip_frac"], m["clip_frac_low"], m["clip_frac_high"]], [1 / 3, 1 / 3, 0], atol=1e-7
+    )
     # a dual-clipped or clipped token gets no gradient; the free token gets -A * r / 3 = 2/3
     g = jax.grad(lambda lp: loss_fn(lp, jnp.array([-1.0]))[0])(logp)
     np.testing.assert_allclose(g, [[0.0, 2.0 / 3, 0.0]], atol=1e-6)
@@ -130,8 +131,7 @@ def _gspo_case():
 def test_sequence_ratio_gspo_by_hand():
     logp, old, adv, mask = _gspo_case()
     # clip .2: row 0 min(1.414, 1.2) = 1.2 (high clip); row 1 min(-.9048, -.9048) = -.9048374
-    loss, m = policy_loss(logp, old, adv, mask, ratio_level="sequence", clip_low=0.2,
-                          aggregation="seq_mean_token_mean")
+    loss, m = policy_loss(logp, old, adv, mask, ratio_level="sequence", clip_low=0.2, aggregation="seq_mean_token_mean")
     np.testing.assert_allclose(loss, (-1.2 + 0.9048374) / 2, rtol=1e-6)
     # token_mean weighs row 0 by its 2 tokens and row 1 by its 3: (-2.4 + 3 * .9048374) / 5
     loss, m = policy_loss(logp, old, adv, mask, ratio_level="sequence", clip_low=0.2)
@@ -140,16 +140,18 @@ def test_sequence_ratio_gspo_by_hand():
     np.testing.assert_allclose(m["ratio_mean"], (2 * 1.4142136 + 3 * 0.9048374) / 5, rtol=1e-6)
     assert np.isfinite(float(m["approx_kl"]))  # the padding's log ratio 50 never reaches exp
     # a wider clip leaves row 0 free: -(1.4142136 - .9048374) / 2
-    loss, _ = policy_loss(logp, old, adv, mask, ratio_level="sequence", clip_low=0.5,
-                          aggregation="seq_mean_token_mean")
+    loss, _ = policy_loss(logp, old, adv, mask, ratio_level="sequence", clip_low=0.5, aggregation="seq_mean_token_mean")
     np.testing.assert_allclose(loss, -(1.4142136 - 0.9048374) / 2, rtol=1e-6)
 
 
 def test_sequence_ratio_gradient_is_gspo():
     """d loss / d logp_{i,t} = -A_i s_i / |y_i| / B for unclipped sequences (GSPO's gradient)."""
     logp, old, adv, mask = _gspo_case()
-    g = jax.grad(lambda lp: policy_loss(lp, old, adv, mask, ratio_level="sequence", clip_low=0.5,
-                                        aggregation="seq_mean_token_mean")[0])(logp)
+    g = jax.grad(
+        lambda lp: policy_loss(
+            lp, old, adv, mask, ratio_level="sequence", clip_low=0.5, aggregation="seq_mean_token_mean"
+        )[0]
+    )(logp)
     s0, s1 = 1.4142136, 0.9048374
     expected = [[-s0 / 2 / 2, -s0 / 2 / 2, 0.0], [s1 / 3 / 2, s1 / 3 / 2, s1 / 3 / 2]]
     np.testing.assert_allclose(g, expected, rtol=1e-5)
@@ -198,8 +200,11 @@ def test_kl_penalty_in_the_loss():
         np.testing.assert_allclose(loss, 0.1 * mean_kl, rtol=1e-5)
         np.testing.assert_allclose(m["kl"], mean_kl, rtol=1e-5)
         assert float(m["pg_loss"]) == 0.0
-    g = jax.grad(lambda lp: policy_loss(lp, jax.lax.stop_gradient(logp), jnp.zeros(1), mask, ref_logprobs=ref,
-                                        kl_coef=0.1, kl_estimator="k1")[0])(logp)
+    g = jax.grad(
+        lambda lp: policy_loss(
+            lp, jax.lax.stop_gradient(logp), jnp.zeros(1), mask, ref_logprobs=ref, kl_coef=0.1, kl_estimator="k1"
+        )[0]
+    )(logp)
     np.testing.assert_allclose(g, [[0.05, 0.05, 0.0]], rtol=1e-5)  # d(.1 * mean k1)/d logp = .1 / 2
     with pytest.raises(ValueError, match="ref_logprobs"):
         policy_loss(logp, logp, jnp.zeros(1), mask, kl_coef=0.1)
@@ -242,9 +247,22 @@ def test_policy_loss_gradient_matches_finite_differences(ratio_level):
 
         @jax.jit
         def f(lp):
-            return policy_loss(lp, old, adv, mask, ratio_level=ratio_level, clip_low=0.2, clip_high=0.28,
-                               dual_clip=3.0, aggregation="seq_mean_token_mean", ref_logprobs=ref, kl_coef=0.1,
-                               kl_estimator="k3", entropy=entropy, entropy_coef=0.01)[0]
+            return policy_loss(
+                lp,
+                old,
+                adv,
+                mask,
+                ratio_level=ratio_level,
+                clip_low=0.2,
+                clip_high=0.28,
+                dual_clip=3.0,
+                aggregation="seq_mean_token_mean",
+                ref_logprobs=ref,
+                kl_coef=0.1,
+                kl_estimator="k3",
+                entropy=entropy,
+                entropy_coef=0.01,
+            )[0]
 
         grad = np.asarray(jax.grad(f)(logp0))
         assert grad.dtype == np.float64
@@ -285,8 +303,7 @@ def test_explained_variance():
     np.testing.assert_allclose(explained_variance(jnp.array([[1.0, 2.0, 3.0, -5.0]]), returns, mask), 1.0)
     # residuals -1, 0, 1 have the returns' own variance 2/3 -> 0;  values 3,2,1: Var[-2,0,2] = 8/3 -> -3
     np.testing.assert_allclose(explained_variance(jnp.full((1, 4), 2.0), returns, mask), 0.0, atol=1e-6)
-    np.testing.assert_allclose(explained_variance(jnp.array([[3.0, 2.0, 1.0, 0.0]]), returns, mask), -3.0,
-                               rtol=1e-6)
+    np.testing.assert_allclose(explained_variance(jnp.array([[3.0, 2.0, 1.0, 0.0]]), returns, mask), -3.0, rtol=1e-6)
     assert np.isnan(float(explained_variance(jnp.zeros((1, 4)), jnp.ones((1, 4)), mask)))
 
 
@@ -299,9 +316,20 @@ def test_garbage_on_padding_never_leaks_into_the_loss():
     mask = jnp.array([[1, 0], [1, 1]])
     for aggregation in LOSS_AGGREGATIONS.names():
         for ratio_level in ("token", "sequence"):
-            loss, m = policy_loss(logp, old, adv, mask, ratio_level=ratio_level, aggregation=aggregation,
-                                  ref_logprobs=old, kl_coef=0.1, entropy=entropy, entropy_coef=0.01)
+            loss, m = policy_loss(
+                logp,
+                old,
+                adv,
+                mask,
+                ratio_level=ratio_level,
+                aggregation=aggregation,
+                ref_logprobs=old,
+                kl_coef=0.1,
+                entropy=entropy,
+                entropy_coef=0.01,
+            )
             assert all(np.isfinite(float(v)) for v in [loss, *m.values()]), (aggregation, ratio_level, m)
-            g = jax.grad(lambda lp: policy_loss(lp, old, adv, mask, ratio_level=ratio_level,
-                                                aggregation=aggregation)[0])(logp)
+            g = jax.grad(
+                lambda lp: policy_loss(lp, old, adv, mask, ratio_level=ratio_level, aggregation=aggregation)[0]
+            )(logp)
             assert np.isfinite(np.asarray(g)).all() and float(g[0, 1]) == 0.0

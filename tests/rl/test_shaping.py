@@ -5,8 +5,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from spotrl.rl.advantages import discounted_returns
 from spotrl.config import OverlongConfig
+from spotrl.rl.advantages import discounted_returns
 from spotrl.rl.shaping import (
     groups_with_signal,
     overlong_penalty,
@@ -20,8 +20,9 @@ def test_overlong_penalty_band():
     # max_len 20, cache 4: band (16, 20]; ramp (16 - L) / 4
     lengths = np.array([10, 16, 17, 18, 20, 21])
     np.testing.assert_allclose(overlong_penalty(lengths, 20, 4), [0, 0, -0.25, -0.5, -1, -1], atol=1e-7)
-    np.testing.assert_allclose(overlong_penalty(lengths, 20, 4, penalty=0.5), [0, 0, -0.125, -0.25, -0.5, -0.5],
-                               atol=1e-7)
+    np.testing.assert_allclose(
+        overlong_penalty(lengths, 20, 4, penalty=0.5), [0, 0, -0.125, -0.25, -0.5, -0.5], atol=1e-7
+    )
 
 
 def test_overlong_penalty_edge_bands():
@@ -70,11 +71,18 @@ def test_overlong_shaping_adds_the_penalty_in_float64():
     expected = frame["task_reward"] + np.asarray(overlong_penalty(frame["length"].to_numpy(), 8, 2, 0.5), np.float64)
     pd.testing.assert_series_equal(reward, expected)
     # overlong.max_tokens overrides the generation budget
-    tighter = shaped_rewards(frame["task_reward"], frame["length"].to_numpy(), overlong.model_copy(update={"max_tokens": 5}), 8)
+    tighter = shaped_rewards(
+        frame["task_reward"], frame["length"].to_numpy(), overlong.model_copy(update={"max_tokens": 5}), 8
+    )
     np.testing.assert_array_equal(tighter.to_numpy(), [1.0, -0.5, 0.5, 0.5])
 
 
 def test_reward_summary_counts_groups_with_signal():
     frame = _scored([1, 0, 1, 1, 0, 0], [3, 4, 5, 6, 7, 8]).assign(reward=[1.0, 0.0, 1.0, 1.0, -0.5, 0.0])
-    assert reward_summary(frame, 2) == {"reward_sum": 3.0, "shaped_reward_sum": 2.5, "length_sum": 33, "groups": 3,
-                                        "groups_with_signal": 2}
+    assert reward_summary(frame, 2) == {
+        "reward_sum": 3.0,
+        "shaped_reward_sum": 2.5,
+        "length_sum": 33,
+        "groups": 3,
+        "groups_with_signal": 2,
+    }

@@ -8,8 +8,8 @@ import pytest
 from flax import nnx
 
 from spotrl.config import ModelConfig
-from spotrl.rl.losses import policy_loss
 from spotrl.model.policy import Policy
+from spotrl.rl.losses import policy_loss
 from spotrl.rl.train_step import LossSpec, RLBatch, build_rl_step, completion_logprobs, make_optimizer
 
 CFG = ModelConfig(hidden_size=32, intermediate_size=64, num_layers=1)
@@ -49,18 +49,30 @@ def _reference(policy, spec):
         logprobs, logits = completion_logprobs(model, jnp.asarray(b.tokens), jnp.asarray(b.valid), NEW, 1.0)
         logp = jax.nn.log_softmax(logits)
         entropy = -(jnp.exp(logp) * logp).sum(-1)
-        return policy_loss(logprobs, b.old_logprobs, b.advantages, b.valid[:, -NEW:], aggregation=spec.aggregation,
-                           entropy=entropy, entropy_coef=spec.entropy_coef)
+        return policy_loss(
+            logprobs,
+            b.old_logprobs,
+            b.advantages,
+            b.valid[:, -NEW:],
+            aggregation=spec.aggregation,
+            entropy=entropy,
+            entropy_coef=spec.entropy_coef,
+        )
 
     return jax.jit(jax.value_and_grad(loss, has_aux=True))
 
 
 def _max_gap(a, b) -> float:
-    return max(float(np.abs(np.asarray(x) - np.asarray(y)).max()) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+    return max(
+        float(np.abs(np.asarray(x) - np.asarray(y)).max()) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b))
+    )
 
 
-@pytest.mark.parametrize("spec", [LossSpec(), LossSpec(aggregation="seq_mean_token_mean", entropy_coef=0.01)],
-                         ids=["token_mean", "seq_mean_token_mean+entropy"])
+@pytest.mark.parametrize(
+    "spec",
+    [LossSpec(), LossSpec(aggregation="seq_mean_token_mean", entropy_coef=0.01)],
+    ids=["token_mean", "seq_mean_token_mean+entropy"],
+)
 def test_micro_batched_update_equals_the_full_batch_update(spec):
     policy = Policy(CFG, init_seed=0)
     batch = _batch()
@@ -75,7 +87,7 @@ def test_micro_batched_update_equals_the_full_batch_update(spec):
     assert metrics["grad_norm"] == pytest.approx(float(optax.tree.norm(expected)), rel=1e-5)
 
     if spec.aggregation == "token_mean":  # the weighting matters: a plain mean of the micro-batch gradients differs
-        quarters = [jax.tree.map(lambda x: x[i * 2:(i + 1) * 2], batch) for i in range(4)]
+        quarters = [jax.tree.map(lambda x: x[i * 2 : (i + 1) * 2], batch) for i in range(4)]
         plain = jax.tree.map(lambda *g: sum(g) / 4, *[reference(_fresh(policy), q)[1] for q in quarters])
         assert _max_gap(plain, expected) > 1e-3
 

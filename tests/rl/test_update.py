@@ -1,12 +1,12 @@
-import numpy as np
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 from spotrl.config import ModelConfig
-from spotrl.rl.update import AdvantageSpec, policy_update
 from spotrl.model.policy import Policy
 from spotrl.model.sequences import completion_mask, join
 from spotrl.rl.train_step import LossSpec, build_rl_step, completion_logprobs, make_optimizer
+from spotrl.rl.update import AdvantageSpec, policy_update
 
 
 def test_update_raises_rewarded_and_lowers_penalised_completions():
@@ -30,9 +30,18 @@ def test_update_raises_rewarded_and_lowers_penalised_completions():
     behaviour = token_logprobs(state)  # on-policy: what the sampler reports
     before = behaviour.sum(-1)
     train_state, metrics = policy_update(
-        step, {"params": state, "opt_state": tx.init(state)}, prompt_tokens=prompt, prompt_valid=prompt_valid,
-        tokens=tokens, lengths=lengths, old_logprobs=behaviour, rewards=rewards,
-        spec=AdvantageSpec("grpo", group_size=4), minibatches=1, epochs=1, rng=np.random.default_rng(0),
+        step,
+        {"params": state, "opt_state": tx.init(state)},
+        prompt_tokens=prompt,
+        prompt_valid=prompt_valid,
+        tokens=tokens,
+        lengths=lengths,
+        old_logprobs=behaviour,
+        rewards=rewards,
+        spec=AdvantageSpec("grpo", group_size=4),
+        minibatches=1,
+        epochs=1,
+        rng=np.random.default_rng(0),
     )
     after = token_logprobs(train_state["params"]).sum(-1)
     assert (after[[0, 2]] > before[[0, 2]]).all() and (after[[1, 3]] < before[[1, 3]]).all()
@@ -44,8 +53,8 @@ def _critic_step_changes(head: str):
     """(policy changed?, critic changed?) after one PPO step whose policy term has zero gradient."""
     import jax
 
-    from spotrl.rl.train_step import RLBatch
     from spotrl.model.critic import Critic
+    from spotrl.rl.train_step import RLBatch
 
     cfg = ModelConfig(hidden_size=32, intermediate_size=64, num_layers=2)
     policy = Policy(cfg, init_seed=0)
@@ -53,11 +62,20 @@ def _critic_step_changes(head: str):
     tx = make_optimizer(1e-2, 0.0, 0.9, 0.999, 1.0)
     step = build_rl_step(policy.graphdef, tx, LossSpec(value_coef=0.5, value_clip=None), 1.0, critic_graphdef, tx)
     params = policy.to_state(policy.template())
-    state = {"params": params, "opt_state": tx.init(params), "critic": critic_state, "critic_opt_state": tx.init(critic_state)}
+    state = {
+        "params": params,
+        "opt_state": tx.init(params),
+        "critic": critic_state,
+        "critic_opt_state": tx.init(critic_state),
+    }
     before = jax.tree.map(np.array, state)
-    tokens, valid = join(np.array([[2, 3, 4]] * 2, np.int32), np.ones((2, 3), bool), np.array([[5, 1], [6, 1]]), np.array([2, 2]))
+    tokens, valid = join(
+        np.array([[2, 3, 4]] * 2, np.int32), np.ones((2, 3), bool), np.array([[5, 1], [6, 1]]), np.array([2, 2])
+    )
     zeros = np.zeros((2, 2), np.float32)
-    batch = RLBatch(tokens, valid, zeros, np.zeros(2, np.float32), old_values=zeros, returns=np.ones((2, 2), np.float32))
+    batch = RLBatch(
+        tokens, valid, zeros, np.zeros(2, np.float32), old_values=zeros, returns=np.ones((2, 2), np.float32)
+    )
     for _ in range(2):  # the head starts at zero: only from the second step can the trunk get a gradient
         state, metrics = step(state, batch)
     changed = lambda a, b: any(not np.array_equal(x, y) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))  # noqa: E731

@@ -5,11 +5,11 @@ import pytest
 from flax import nnx
 
 from spotrl.config import ModelConfig
-from spotrl.rl.losses import token_logprobs
 from spotrl.model.compiles import CompileCounter, compile_count
+from spotrl.model.transformer import Transformer, forward
+from spotrl.rl.losses import token_logprobs
 from spotrl.rollout.completions import sample_completions
 from spotrl.rollout.sampler import SamplingParams, filter_logits, generate, generate_groups, jit_cache_sizes
-from spotrl.model.transformer import Transformer, forward
 
 STOP = 1
 
@@ -56,11 +56,23 @@ def test_logprobs_equal_trainer_recomputation():
 
 def test_stop_token_pads_the_rest_and_sets_lengths():
     _, graphdef, state, prompts, valid = _setup()
-    greedy = generate(graphdef, state, prompts, valid, jax.random.key(0),
-                      SamplingParams(max_new_tokens=6, stop_token=99, temperature=0.0))
+    greedy = generate(
+        graphdef,
+        state,
+        prompts,
+        valid,
+        jax.random.key(0),
+        SamplingParams(max_new_tokens=6, stop_token=99, temperature=0.0),
+    )
     stop = int(greedy.tokens[0, 2])  # make the third greedy token of row 0 the stop token
-    out = generate(graphdef, state, prompts, valid, jax.random.key(0),
-                   SamplingParams(max_new_tokens=6, stop_token=stop, pad_token=0, temperature=0.0))
+    out = generate(
+        graphdef,
+        state,
+        prompts,
+        valid,
+        jax.random.key(0),
+        SamplingParams(max_new_tokens=6, stop_token=stop, pad_token=0, temperature=0.0),
+    )
     tokens = np.asarray(out.tokens)
     for row in range(3):
         hits = np.flatnonzero(np.asarray(greedy.tokens[row]) == stop)
@@ -75,14 +87,25 @@ def test_stop_token_pads_the_rest_and_sets_lengths():
 def test_any_of_several_stop_tokens_ends_a_row():
     """generation_config.json may list several eos ids (<|im_end|> and <|endoftext|>): each one ends a row."""
     _, graphdef, state, prompts, valid = _setup()
-    greedy = generate(graphdef, state, prompts, valid, jax.random.key(0),
-                      SamplingParams(max_new_tokens=6, stop_token=99, temperature=0.0))
+    greedy = generate(
+        graphdef,
+        state,
+        prompts,
+        valid,
+        jax.random.key(0),
+        SamplingParams(max_new_tokens=6, stop_token=99, temperature=0.0),
+    )
     greedy = np.asarray(greedy.tokens)
     first, second = int(greedy[0, 1]), int(greedy[1, 3])  # a stop for row 0's 2nd token, one for row 1's 4th
     stops = {first, second}
-    out = generate(graphdef, state, prompts, valid, jax.random.key(0),
-                   SamplingParams(max_new_tokens=6, stop_token=first, pad_token=0, temperature=0.0,
-                                  stop_tokens=(second,)))
+    out = generate(
+        graphdef,
+        state,
+        prompts,
+        valid,
+        jax.random.key(0),
+        SamplingParams(max_new_tokens=6, stop_token=first, pad_token=0, temperature=0.0, stop_tokens=(second,)),
+    )
     for row in range(3):
         hits = [i for i, t in enumerate(greedy[row]) if t in stops]
         expected_len = hits[0] + 1 if hits else 6
@@ -93,10 +116,22 @@ def test_any_of_several_stop_tokens_ends_a_row():
 
 def test_top_k_one_is_greedy_and_sampling_is_deterministic_per_key():
     _, graphdef, state, prompts, valid = _setup()
-    greedy = generate(graphdef, state, prompts, valid, jax.random.key(0),
-                      SamplingParams(max_new_tokens=4, stop_token=99, temperature=0.0))
-    top1 = generate(graphdef, state, prompts, valid, jax.random.key(5),
-                    SamplingParams(max_new_tokens=4, stop_token=99, temperature=1.0, top_k=1))
+    greedy = generate(
+        graphdef,
+        state,
+        prompts,
+        valid,
+        jax.random.key(0),
+        SamplingParams(max_new_tokens=4, stop_token=99, temperature=0.0),
+    )
+    top1 = generate(
+        graphdef,
+        state,
+        prompts,
+        valid,
+        jax.random.key(5),
+        SamplingParams(max_new_tokens=4, stop_token=99, temperature=1.0, top_k=1),
+    )
     np.testing.assert_array_equal(greedy.tokens, top1.tokens)
     p = SamplingParams(max_new_tokens=4, stop_token=99)
     a = generate(graphdef, state, prompts, valid, jax.random.key(7), p)
@@ -169,7 +204,7 @@ class _Tok:
         width = length or max(map(len, encoded))
         tokens = np.zeros((len(texts), width), np.int32)
         for i, e in enumerate(encoded):
-            tokens[i, width - len(e):] = e
+            tokens[i, width - len(e) :] = e
         return tokens, tokens != 0
 
     def decode(self, tokens):
@@ -182,8 +217,20 @@ def test_sample_completions_shared_prefill_equals_repeated_path(max_chunk_rows):
     prompts = ["12", "3456", "7", "89", "0"]
     g = 2
     params = SamplingParams(max_new_tokens=5, stop_token=STOP, temperature=1.0)
-    run = lambda shared: sample_completions(graphdef, state, _Tok(), prompts, g, params, jax.random.key(4),
-                                            max_chunk_rows=max_chunk_rows, shared_prefill=shared)
+
+    def run(shared):
+        return sample_completions(
+            graphdef,
+            state,
+            _Tok(),
+            prompts,
+            g,
+            params,
+            jax.random.key(4),
+            max_chunk_rows=max_chunk_rows,
+            shared_prefill=shared,
+        )
+
     shared, plain = run(True), run(False)
     assert shared.tokens.shape == (len(prompts) * g, 5)
     np.testing.assert_array_equal(shared.prompt_tokens, plain.prompt_tokens)
@@ -193,8 +240,9 @@ def test_sample_completions_shared_prefill_equals_repeated_path(max_chunk_rows):
     np.testing.assert_allclose(shared.logprobs, plain.logprobs, atol=1e-5)
     assert shared.texts == plain.texts
     # the default is the shared path
-    default = sample_completions(graphdef, state, _Tok(), prompts, g, params, jax.random.key(4),
-                                 max_chunk_rows=max_chunk_rows)
+    default = sample_completions(
+        graphdef, state, _Tok(), prompts, g, params, jax.random.key(4), max_chunk_rows=max_chunk_rows
+    )
     np.testing.assert_array_equal(default.tokens, shared.tokens)
 
 

@@ -1,17 +1,18 @@
-
 import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
 
+from spotrl.storage.atomic import sha256_file
 from spotrl.storage.checkpoints import CheckpointError, CheckpointStore
 from spotrl.storage.weights import WeightStore, WeightStoreError
-from spotrl.storage.atomic import sha256_file
 
 
 def _params(scale=1.0):
-    return {"embed": {"embedding": np.full((4, 3), scale, np.float32)},
-            "layers": {0: {"w": np.arange(6, dtype=np.float32).reshape(2, 3) * scale}}}
+    return {
+        "embed": {"embedding": np.full((4, 3), scale, np.float32)},
+        "layers": {0: {"w": np.arange(6, dtype=np.float32).reshape(2, 3) * scale}},
+    }
 
 
 def test_publish_load_latest_and_digest(tmp_path):

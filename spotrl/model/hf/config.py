@@ -11,7 +11,8 @@ there is one: spotrl/model/hf/loader.py).
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -55,8 +56,7 @@ def architecture_of(hf: Mapping[str, Any], source: str = CONFIG_FILE) -> str:
             if arch in ARCHITECTURES:
                 return ARCHITECTURES[arch]
         raise CheckpointError(
-            f"{source}: unsupported architecture {', '.join(map(str, archs))} "
-            f"(supported: {', '.join(ARCHITECTURES)})"
+            f"{source}: unsupported architecture {', '.join(map(str, archs))} (supported: {', '.join(ARCHITECTURES)})"
         )
     model_type = hf.get("model_type")
     if model_type in _MODEL_TYPES:

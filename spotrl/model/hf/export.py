@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import struct
-from typing import Mapping
+from collections.abc import Mapping
 
 import jax.numpy as jnp
 import numpy as np
@@ -88,7 +88,15 @@ def char_tokenizer_files(tok: CharTokenizer, model_max_length: int = 32768) -> d
     specials = {"<pad>": tok.pad_id, "<eos>": tok.eos_id, "<bos>": tok.bos_id}
     vocab = {**specials, **{c: tok.encode(c)[0] for c in tok.alphabet}}
     added = [
-        {"id": i, "content": s, "single_word": False, "lstrip": False, "rstrip": False, "normalized": False, "special": True}
+        {
+            "id": i,
+            "content": s,
+            "single_word": False,
+            "lstrip": False,
+            "rstrip": False,
+            "normalized": False,
+            "special": True,
+        }
         for s, i in specials.items()
     ]
     bos = {"SpecialToken": {"id": "<bos>", "type_id": 0}}
@@ -170,14 +178,19 @@ def export_checkpoint(
                 (root / name).write_bytes((source / name).read_bytes())
         if (source / TOKENIZER_FILE).exists():
             hf_tok = HFTokenizer.from_pretrained(tokenizer_from)
-            ids = {"bos_token_id": hf_tok.bos_id, "eos_token_id": list(hf_tok.stop_ids) if len(hf_tok.stop_ids) > 1
-                   else hf_tok.eos_id, "pad_token_id": hf_tok.pad_id}
+            ids = {
+                "bos_token_id": hf_tok.bos_id,
+                "eos_token_id": list(hf_tok.stop_ids) if len(hf_tok.stop_ids) > 1 else hf_tok.eos_id,
+                "pad_token_id": hf_tok.pad_id,
+            }
     elif tokenizer is not None:
         if tokenizer.vocab_size > config.vocab_size:
             raise ValueError(f"tokenizer has {tokenizer.vocab_size} tokens, the model only {config.vocab_size}")
         for name, data in char_tokenizer_files(tokenizer, config.max_position_embeddings).items():
             _write_json(root / name, data)
         ids = {"bos_token_id": tokenizer.bos_id, "eos_token_id": tokenizer.eos_id, "pad_token_id": tokenizer.pad_id}
-    _write_json(root / CONFIG_FILE, config_to_hf(config, architecture=architecture, **ids)
-                | {"torch_dtype": str(np_dtype), "dtype": str(np_dtype)})
+    _write_json(
+        root / CONFIG_FILE,
+        config_to_hf(config, architecture=architecture, **ids) | {"torch_dtype": str(np_dtype), "dtype": str(np_dtype)},
+    )
     return out

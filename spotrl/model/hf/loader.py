@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -85,7 +86,9 @@ def _nest_like(template: Mapping, flat: Mapping[str, Any], prefix: str = "") -> 
 # checking
 
 
-def check_tensors(cfg: ModelConfig, listing: str, tensors: Mapping[str, TensorEntry]) -> dict[str, tuple[TensorEntry, bool]]:
+def check_tensors(
+    cfg: ModelConfig, listing: str, tensors: Mapping[str, TensorEntry]
+) -> dict[str, tuple[TensorEntry, bool]]:
     """Every expected tensor present with the right shape and a readable dtype, and nothing else.
 
     Returns {our path: (entry, transposed)}; raises one CheckpointError listing every problem.
@@ -102,19 +105,24 @@ def check_tensors(cfg: ModelConfig, listing: str, tensors: Mapping[str, TensorEn
         if entry.shape != shape:
             problems.append(f"{entry.file}: tensor {hf_name!r} has shape {list(entry.shape)}, expected {list(shape)}")
         elif entry.dtype not in DTYPES:
-            problems.append(f"{entry.file}: tensor {hf_name!r} has unsupported dtype {entry.dtype} "
-                            f"(supported: {', '.join(DTYPES)})")
+            problems.append(
+                f"{entry.file}: tensor {hf_name!r} has unsupported dtype {entry.dtype} (supported: {', '.join(DTYPES)})"
+            )
         elif entry.end - entry.start != int(np.prod(entry.shape)) * DTYPES[entry.dtype].itemsize:
-            problems.append(f"{entry.file}: tensor {hf_name!r} has {entry.end - entry.start} bytes, "
-                            f"not {list(entry.shape)} x {entry.dtype}")
+            problems.append(
+                f"{entry.file}: tensor {hf_name!r} has {entry.end - entry.start} bytes, "
+                f"not {list(entry.shape)} x {entry.dtype}"
+            )
         else:
             plan[ours] = (entry, transposed)
     for name in sorted(set(tensors) - set(expected)):
         if _IGNORED.match(name) or (cfg.tie_embeddings and name == "lm_head.weight"):
             continue  # recomputed buffers; a tied checkpoint's redundant copy of the embedding
-        problems.append(f"{tensors[name].file}: unexpected tensor {name!r} for this config "
-                        f"(tie_word_embeddings={cfg.tie_embeddings}, qkv bias={cfg.qkv_bias}, "
-                        f"{cfg.num_layers} layers)")
+        problems.append(
+            f"{tensors[name].file}: unexpected tensor {name!r} for this config "
+            f"(tie_word_embeddings={cfg.tie_embeddings}, qkv bias={cfg.qkv_bias}, "
+            f"{cfg.num_layers} layers)"
+        )
     if problems:
         shown = problems[:20] + ([f"... and {len(problems) - 20} more"] if len(problems) > 20 else [])
         raise CheckpointError("checkpoint does not match its config:\n  " + "\n  ".join(shown))
@@ -158,7 +166,8 @@ def _place(host: HostTensor, transposed: bool, dtype, sharding: Sharding | None)
     if source is None:  # a sharding we cannot mirror: transpose on the host, block by block
         shape = host.shape[::-1]
         return jax.make_array_from_callback(
-            shape, sharding, lambda index: np.array(host.block(index[::-1]).T, dtype=dtype, order="C"))
+            shape, sharding, lambda index: np.array(host.block(index[::-1]).T, dtype=dtype, order="C")
+        )
     raw = jax.make_array_from_callback(host.shape, source, host.block)
     if not transposed and host.dtype == dtype:
         return raw
@@ -249,8 +258,10 @@ def check_checkpoint(cfg: ModelConfig):
     check_tensors(cfg, listing, tensors)
     tokenizer = load_tokenizer(cfg)
     if tokenizer.vocab_size > cfg.vocab_size:
-        raise CheckpointError(f"{as_path(cfg.path) / 'tokenizer.json'}: {tokenizer.vocab_size} tokens, more than "
-                              f"the model's vocab_size {cfg.vocab_size} in {source}")
+        raise CheckpointError(
+            f"{as_path(cfg.path) / 'tokenizer.json'}: {tokenizer.vocab_size} tokens, more than "
+            f"the model's vocab_size {cfg.vocab_size} in {source}"
+        )
     return tokenizer
 
 
@@ -259,10 +270,11 @@ def mesh_sharding(cfg: ModelConfig):
     if cfg.mesh.devices == 1:
         return None
     if jax.device_count() != cfg.mesh.devices:
-        raise ValueError(f"model.mesh asks for {cfg.mesh.fsdp} x {cfg.mesh.tp} = {cfg.mesh.devices} devices, "
-                         f"this process has {jax.device_count()}")
-    mesh = jax.make_mesh((cfg.mesh.fsdp, cfg.mesh.tp), ("fsdp", "tp"),
-                         axis_types=(jax.sharding.AxisType.Auto,) * 2)
+        raise ValueError(
+            f"model.mesh asks for {cfg.mesh.fsdp} x {cfg.mesh.tp} = {cfg.mesh.devices} devices, "
+            f"this process has {jax.device_count()}"
+        )
+    mesh = jax.make_mesh((cfg.mesh.fsdp, cfg.mesh.tp), ("fsdp", "tp"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
     return sharding_rules(mesh, cfg, cfg.sharding_rules or DEFAULT_RULES)
 
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import json
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
 
 import jax.numpy as jnp
 import numpy as np
@@ -130,8 +130,10 @@ class HostTensor:
 
     def block(self, index: tuple) -> np.ndarray:
         """A fresh array holding data[index] (a jax array on the CPU may alias it, never the file)."""
-        full = all(i == slice(None) or (i.start in (None, 0) and i.stop in (None, n) and i.step in (None, 1))
-                   for i, n in zip(index, self.shape))
+        full = all(
+            i == slice(None) or (i.start in (None, 0) and i.stop in (None, n) and i.step in (None, 1))
+            for i, n in zip(index, self.shape)
+        )
         if full or not self.local or self._whole is not None:
             return self.whole() if full else np.array(self.whole()[index])
         e = self.entry

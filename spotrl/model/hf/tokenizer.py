@@ -16,8 +16,9 @@ environment as transformers' `apply_chat_template` (trim_blocks, lstrip_blocks, 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping
 from datetime import datetime
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -103,7 +104,9 @@ class HFTokenizer:
         eos = self._id(eos_token)
         stops = tuple(dict.fromkeys(list(stop_ids) + ([eos] if eos is not None else [])))
         if not stops:
-            raise CheckpointError(f"{source}: no eos_token in {TOKENIZER_CONFIG} and no eos_token_id in {GENERATION_CONFIG}")
+            raise CheckpointError(
+                f"{source}: no eos_token in {TOKENIZER_CONFIG} and no eos_token_id in {GENERATION_CONFIG}"
+            )
         self.stop_ids = stops  # every id that ends a completion; eos_id is the first
         self.eos_id = stops[0]
         pad = self._id(pad_token)
@@ -115,7 +118,9 @@ class HFTokenizer:
         # what the post-processor puts around a single sequence (Llama 3: <|begin_of_text|> before it)
         probe_plain = self._tok.encode("a", add_special_tokens=False).ids
         probe = self._tok.encode("a", add_special_tokens=True).ids
-        start = next((i for i in range(len(probe) - len(probe_plain) + 1) if probe[i:i + len(probe_plain)] == probe_plain), 0)
+        start = next(
+            (i for i in range(len(probe) - len(probe_plain) + 1) if probe[i : i + len(probe_plain)] == probe_plain), 0
+        )
         self.prefix_ids = tuple(probe[:start])
 
     def _id(self, token: str | None) -> int | None:
@@ -127,7 +132,7 @@ class HFTokenizer:
         return token_id
 
     @classmethod
-    def from_pretrained(cls, path: str) -> "HFTokenizer":
+    def from_pretrained(cls, path: str) -> HFTokenizer:
         """Tokenizer of a checkpoint directory (local or fsspec URL)."""
         try:
             from tokenizers import Tokenizer

@@ -114,10 +114,11 @@ def write_file(path, text):
 
 # ---------------------------------------------------------------------------------------- H
 
+
 def write_all(fd, data, _write=os.write):
     view = memoryview(data)
     while view:
-        view = view[_write(fd, view):]
+        view = view[_write(fd, view) :]
 
 
 def emit(obj):
@@ -131,8 +132,16 @@ def isolate(job):
     namespace. "userns": a user namespace even as root (mapping the caller's own uid). "none": no
     namespaces (as root still a dedicated uid)."""
     mode = job["isolation"].get("mode", "auto")
-    iso = {"identity": "caller", "mount": False, "net": False, "pid": False, "ipc": False, "uts": False,
-           "uid": os.getuid(), "audit_hook": bool(job["isolation"].get("audit", True))}
+    iso = {
+        "identity": "caller",
+        "mount": False,
+        "net": False,
+        "pid": False,
+        "ipc": False,
+        "uts": False,
+        "uid": os.getuid(),
+        "audit_hook": bool(job["isolation"].get("audit", True)),
+    }
     if mode == "none":
         if os.geteuid() == 0:
             iso["identity"], iso["uid"] = "dedicated_uid", job["isolation"]["uid_base"] + os.getpid()
@@ -186,8 +195,12 @@ def harness_main():
 def collect(job, iso, pipes, b_pid, started, limits):
     """Read C's records, output and B's control messages until B exits or the wall clock runs out."""
     deadline = started + limits["wall_s"]
-    caps = {"records": MAX_RECORDS, "stdout": limits["output_bytes"], "stderr": limits["output_bytes"],
-            "control": 1 << 16}
+    caps = {
+        "records": MAX_RECORDS,
+        "stdout": limits["output_bytes"],
+        "stderr": limits["output_bytes"],
+        "control": 1 << 16,
+    }
     bufs = {name: bytearray() for name in pipes}
     truncated = {name: False for name in pipes}
     fd_name = {pipes[name][0]: name for name in pipes}
@@ -219,7 +232,7 @@ def collect(job, iso, pipes, b_pid, started, limits):
             room = caps[name] - len(bufs[name])
             if len(data) > room:
                 truncated[name] = True
-            bufs[name] += data[:max(room, 0)]
+            bufs[name] += data[: max(room, 0)]
             if name == "records" and truncated[name] and b_status is None:
                 kill_sandbox(iso, b_pid, bufs["control"])  # a flood of records is the candidate's doing
     os.close(pidfd)
@@ -229,10 +242,19 @@ def collect(job, iso, pipes, b_pid, started, limits):
     sweep_uid(iso)
     control = [json.loads(line) for line in bufs["control"].decode(errors="replace").splitlines() if line.strip()]
     text = lambda name: bufs[name].decode(errors="replace")  # noqa: E731
-    return {"event": "result", "isolation": iso, "timed_out": timed_out, "wall_s": time.monotonic() - started,
-            "reaper_status": b_status, "control": control, "records": text("records"),
-            "records_truncated": truncated["records"], "stdout": text("stdout"), "stderr": text("stderr"),
-            "output_truncated": truncated["stdout"] or truncated["stderr"]}
+    return {
+        "event": "result",
+        "isolation": iso,
+        "timed_out": timed_out,
+        "wall_s": time.monotonic() - started,
+        "reaper_status": b_status,
+        "control": control,
+        "records": text("records"),
+        "records_truncated": truncated["records"],
+        "stdout": text("stdout"),
+        "stderr": text("stderr"),
+        "output_truncated": truncated["stdout"] or truncated["stderr"],
+    }
 
 
 def wait_status(pid):
@@ -279,6 +301,7 @@ def sweep_uid(iso):
 
 # ---------------------------------------------------------------------------------------- B
 
+
 def _control(pipes, obj):
     write_all(pipes["control"][1], (json.dumps(obj) + "\n").encode())
 
@@ -306,8 +329,14 @@ def reaper_main(job, iso, pipes):
         os._exit(71)
     _control(pipes, {"c_pid": c_pid})
     _, status, usage = os.wait4(c_pid, 0)
-    _control(pipes, {"c_status": os.waitstatus_to_exitcode(status), "cpu_s": usage.ru_utime + usage.ru_stime,
-                     "maxrss_kb": usage.ru_maxrss})
+    _control(
+        pipes,
+        {
+            "c_status": os.waitstatus_to_exitcode(status),
+            "cpu_s": usage.ru_utime + usage.ru_stime,
+            "maxrss_kb": usage.ru_maxrss,
+        },
+    )
     return 0
 
 
@@ -337,8 +366,13 @@ def build_root(job, iso):
     os.mkdir(root + "/sandbox")
     lim = job["limits"]
     owner = 0 if iso["identity"] == "userns_root" else iso["uid"]
-    mount("tmpfs", root + "/sandbox", "tmpfs", MS_NOSUID | MS_NODEV,
-          f"size={lim['tmpfs_mb']}m,nr_inodes={lim['tmpfs_inodes']},mode=700,uid={owner},gid={owner}")
+    mount(
+        "tmpfs",
+        root + "/sandbox",
+        "tmpfs",
+        MS_NOSUID | MS_NODEV,
+        f"size={lim['tmpfs_mb']}m,nr_inodes={lim['tmpfs_inodes']},mode=700,uid={owner},gid={owner}",
+    )
     os.symlink("sandbox", root + "/tmp")
     os.chdir(root)
     number = SYS_PIVOT_ROOT.get(os.uname().machine)
@@ -362,9 +396,35 @@ def _covered(path, dirs, root):
 
 # ---------------------------------------------------------------------------------------- C
 
-PRELOAD = ("math", "cmath", "re", "time", "threading", "json", "io", "collections", "itertools", "functools", "heapq",
-           "bisect", "string", "operator", "copy", "fractions", "decimal", "statistics", "random", "typing",
-           "dataclasses", "datetime", "enum", "array", "struct", "textwrap", "unicodedata")
+PRELOAD = (
+    "math",
+    "cmath",
+    "re",
+    "time",
+    "threading",
+    "json",
+    "io",
+    "collections",
+    "itertools",
+    "functools",
+    "heapq",
+    "bisect",
+    "string",
+    "operator",
+    "copy",
+    "fractions",
+    "decimal",
+    "statistics",
+    "random",
+    "typing",
+    "dataclasses",
+    "datetime",
+    "enum",
+    "array",
+    "struct",
+    "textwrap",
+    "unicodedata",
+)
 
 
 def candidate_main(job, iso, pipes, workdir):
@@ -398,9 +458,14 @@ def candidate_main(job, iso, pipes, workdir):
     if iso["identity"] != "caller" and (effective or permitted):
         raise RuntimeError(f"capabilities left after the drop: {effective:#x}/{permitted:#x}")
     lim = job["limits"]
-    for res, value in ((resource.RLIMIT_CORE, 0), (resource.RLIMIT_NOFILE, lim["open_files"]),
-                       (resource.RLIMIT_NPROC, lim["processes"]), (resource.RLIMIT_FSIZE, lim["file_bytes"]),
-                       (resource.RLIMIT_CPU, lim["cpu_s"]), (resource.RLIMIT_AS, lim["memory_bytes"])):
+    for res, value in (
+        (resource.RLIMIT_CORE, 0),
+        (resource.RLIMIT_NOFILE, lim["open_files"]),
+        (resource.RLIMIT_NPROC, lim["processes"]),
+        (resource.RLIMIT_FSIZE, lim["file_bytes"]),
+        (resource.RLIMIT_CPU, lim["cpu_s"]),
+        (resource.RLIMIT_AS, lim["memory_bytes"]),
+    ):
         resource.setrlimit(res, (value, value))
     prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     write_record({"ready": True, "uid": os.getuid(), "caps": effective, "cwd": os.getcwd()})
@@ -416,14 +481,57 @@ def write_record(obj, _write=write_all, _dumps=json.dumps):
     _write(RECORD_FD, (_dumps(obj) + "\n").encode())
 
 
-BLOCKED_EVENT_PREFIXES = ("socket.", "ctypes.", "subprocess.", "os.exec", "os.posix_spawn", "os.spawn",
-                          "os.system", "os.kill", "os.killpg", "os.forkpty", "pty.", "signal.pthread_kill",
-                          "gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys._getframe",
-                          "sys._current_frames", "sys.settrace", "sys.setprofile", "sys.addaudithook",
-                          "cpython.run_", "webbrowser.", "urllib.", "ftplib.", "smtplib.", "http.", "os.setuid")
-BLOCKED_MODULES = frozenset({"ctypes", "_ctypes", "_posixsubprocess", "socket", "_socket", "ssl", "_ssl",
-                             "_xxsubinterpreters", "_xxinterpchannels", "_testcapi", "_testinternalcapi",
-                             "subprocess", "multiprocessing", "asyncio", "select", "selectors", "mmap", "pty"})
+BLOCKED_EVENT_PREFIXES = (
+    "socket.",
+    "ctypes.",
+    "subprocess.",
+    "os.exec",
+    "os.posix_spawn",
+    "os.spawn",
+    "os.system",
+    "os.kill",
+    "os.killpg",
+    "os.forkpty",
+    "pty.",
+    "signal.pthread_kill",
+    "gc.get_objects",
+    "gc.get_referrers",
+    "gc.get_referents",
+    "sys._getframe",
+    "sys._current_frames",
+    "sys.settrace",
+    "sys.setprofile",
+    "sys.addaudithook",
+    "cpython.run_",
+    "webbrowser.",
+    "urllib.",
+    "ftplib.",
+    "smtplib.",
+    "http.",
+    "os.setuid",
+)
+BLOCKED_MODULES = frozenset(
+    {
+        "ctypes",
+        "_ctypes",
+        "_posixsubprocess",
+        "socket",
+        "_socket",
+        "ssl",
+        "_ssl",
+        "_xxsubinterpreters",
+        "_xxinterpchannels",
+        "_testcapi",
+        "_testinternalcapi",
+        "subprocess",
+        "multiprocessing",
+        "asyncio",
+        "select",
+        "selectors",
+        "mmap",
+        "pty",
+    }
+)
 WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 
 
@@ -433,8 +541,9 @@ def install_audit_hook(workdir, filter_paths):
     for name in list(sys.modules):
         if name.split(".")[0] in BLOCKED_MODULES:
             del sys.modules[name]
-    readable = tuple(sorted({os.path.realpath(p) + os.sep for p in sys.path if p}
-                            | {os.path.realpath(workdir) + os.sep})) + ("/dev/null", "/dev/urandom")
+    readable = tuple(
+        sorted({os.path.realpath(p) + os.sep for p in sys.path if p} | {os.path.realpath(workdir) + os.sep})
+    ) + ("/dev/null", "/dev/urandom")
     writable = (os.path.realpath(workdir) + os.sep,)
     realpath, fspath, startswith = os.path.realpath, os.fsdecode, str.startswith
 
@@ -442,8 +551,9 @@ def install_audit_hook(workdir, filter_paths):
         if isinstance(path, int) or path is None:
             return True
         full = realpath(fspath(path))
-        return startswith(full + os.sep, writable) or (not write and (startswith(full + os.sep, readable)
-                                                                      or full in readable))
+        return startswith(full + os.sep, writable) or (
+            not write and (startswith(full + os.sep, readable) or full in readable)
+        )
 
     def hook(event, args):
         if event == "import":
@@ -462,8 +572,21 @@ def install_audit_hook(workdir, filter_paths):
         elif event in ("os.listdir", "os.scandir", "os.chdir"):
             if not allowed(args[0], False):
                 raise PermissionError(f"sandbox: {event} {args[0]!r} is outside the sandbox")
-        elif event in ("os.mkdir", "os.remove", "os.rmdir", "os.rename", "os.symlink", "os.link", "os.truncate",
-                       "os.chmod", "os.chown", "os.utime", "os.chflags", "os.setxattr", "os.removexattr"):
+        elif event in (
+            "os.mkdir",
+            "os.remove",
+            "os.rmdir",
+            "os.rename",
+            "os.symlink",
+            "os.link",
+            "os.truncate",
+            "os.chmod",
+            "os.chown",
+            "os.utime",
+            "os.chflags",
+            "os.setxattr",
+            "os.removexattr",
+        ):
             for path in args[:2] if event in ("os.rename", "os.symlink", "os.link") else args[:1]:
                 if isinstance(path, (str, bytes, os.PathLike)) and not allowed(path, True):
                     raise PermissionError(f"sandbox: {event} {path!r} is outside the sandbox")
@@ -471,8 +594,19 @@ def install_audit_hook(workdir, filter_paths):
     sys.addaudithook(hook)
 
 
-def run_steps(solution, steps, nonce, _exec=exec, _eval=eval, _compile=compile, _getpid=os.getpid,
-              _exit=os._exit, _encode=None, _write=write_record, _base=BaseException):
+def run_steps(
+    solution,
+    steps,
+    nonce,
+    _exec=exec,
+    _eval=eval,
+    _compile=compile,
+    _getpid=os.getpid,
+    _exit=os._exit,
+    _encode=None,
+    _write=write_record,
+    _base=BaseException,
+):
     """Run the solution, then each step, in one namespace; one record per step on fd 3.
 
     Everything the loop calls is bound here, so a candidate that replaces builtins (exec, eval,
@@ -499,7 +633,11 @@ def run_steps(solution, steps, nonce, _exec=exec, _eval=eval, _compile=compile, 
                 _exec(_compile(step["src"], f"<test {i}>", "exec"), ns)
                 record = {"step": i, "ok": True}
             elif step["kind"] == "value":
-                record = {"step": i, "ok": True, "value": _encode(_eval(_compile(step["src"], f"<test {i}>", "eval"), ns))}
+                record = {
+                    "step": i,
+                    "ok": True,
+                    "value": _encode(_eval(_compile(step["src"], f"<test {i}>", "eval"), ns)),
+                }
             else:
                 left = _encode(_eval(_compile(step["left"], f"<test {i}>", "eval"), ns))
                 right = _encode(_eval(_compile(step["right"], f"<test {i}>", "eval"), ns))
@@ -521,17 +659,38 @@ def describe(err):
     return out
 
 
-LIMIT_ERRNOS = {errno.EFBIG: "file_size", errno.ENOSPC: "disk", errno.EDQUOT: "disk", errno.EMFILE: "open_files",
-                errno.EAGAIN: "processes"}
+LIMIT_ERRNOS = {
+    errno.EFBIG: "file_size",
+    errno.ENOSPC: "disk",
+    errno.EDQUOT: "disk",
+    errno.EMFILE: "open_files",
+    errno.EAGAIN: "processes",
+}
 
 
 class Unencodable(TypeError):
     pass
 
 
-def encode(value, _depth=0, _budget=None, type=type, len=len, hex=hex, list=list, tuple=tuple, set=set,
-           frozenset=frozenset, dict=dict, int=int, float=float, complex=complex, str=str, bytes=bytes,
-           bool=bool):
+def encode(
+    value,
+    _depth=0,
+    _budget=None,
+    type=type,
+    len=len,
+    hex=hex,
+    list=list,
+    tuple=tuple,
+    set=set,
+    frozenset=frozenset,
+    dict=dict,
+    int=int,
+    float=float,
+    complex=complex,
+    str=str,
+    bytes=bytes,
+    bool=bool,
+):
     """A plain-data image of a value, with exact types only: a subclass of int, an object with its own
     __eq__, anything that is not built-in data is refused (so it cannot pretend to equal anything)."""
     budget = _budget if _budget is not None else [MAX_VALUE_CHARS]
@@ -562,8 +721,10 @@ def encode(value, _depth=0, _budget=None, type=type, len=len, hex=hex, list=list
         return [name, [encode(v, _depth + 1, budget) for v in value]]
     if t is dict:
         return ["dict", [[encode(k, _depth + 1, budget), encode(v, _depth + 1, budget)] for k, v in dict.items(value)]]
-    raise Unencodable(f"a {t.__module__}.{t.__qualname__} is not plain data (None, bool, int, float, complex, "
-                      "str, bytes, list, tuple, set, frozenset, dict)")
+    raise Unencodable(
+        f"a {t.__module__}.{t.__qualname__} is not plain data (None, bool, int, float, complex, "
+        "str, bytes, list, tuple, set, frozenset, dict)"
+    )
 
 
 if __name__ == "__main__":

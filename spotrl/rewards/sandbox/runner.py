@@ -92,9 +92,17 @@ class Limits:
     output_kb: int = 64
 
     def wire(self) -> dict:
-        return {"cpu_s": int(self.cpu_s), "wall_s": float(self.wall_s), "memory_bytes": self.memory_mb << 20,
-                "file_bytes": self.file_mb << 20, "processes": self.processes, "open_files": self.open_files,
-                "tmpfs_mb": self.tmpfs_mb, "tmpfs_inodes": self.tmpfs_inodes, "output_bytes": self.output_kb << 10}
+        return {
+            "cpu_s": int(self.cpu_s),
+            "wall_s": float(self.wall_s),
+            "memory_bytes": self.memory_mb << 20,
+            "file_bytes": self.file_mb << 20,
+            "processes": self.processes,
+            "open_files": self.open_files,
+            "tmpfs_mb": self.tmpfs_mb,
+            "tmpfs_inodes": self.tmpfs_inodes,
+            "output_bytes": self.output_kb << 10,
+        }
 
 
 @dataclass(frozen=True)
@@ -128,9 +136,19 @@ class Sandbox:
     `audit=False` leaves out the audit hook (tests use it to check that the namespaces alone contain
     a program)."""
 
-    def __init__(self, limits: Limits | None = None, *, retries: int = 2, backoff_s: float = 0.2,
-                 require_isolation: bool = True, mode: str = "auto", audit: bool = True,
-                 python: str | None = None, uid_base: int = 1_000_000, harness: str | Path | None = None):
+    def __init__(
+        self,
+        limits: Limits | None = None,
+        *,
+        retries: int = 2,
+        backoff_s: float = 0.2,
+        require_isolation: bool = True,
+        mode: str = "auto",
+        audit: bool = True,
+        python: str | None = None,
+        uid_base: int = 1_000_000,
+        harness: str | Path | None = None,
+    ):
         self.limits = limits or Limits()
         self.retries, self.backoff_s = retries, backoff_s
         if mode not in ("auto", "userns", "none"):
@@ -179,10 +197,18 @@ class Sandbox:
     # -------------------------------------------------------------------------------------------
 
     def _job(self, solution: str, plan: TestPlan, nonce: str) -> dict:
-        return {"solution": solution, "steps": [step.wire() for step in plan.steps], "nonce": nonce,
-                "limits": self.limits.wire(),
-                "isolation": {"mode": self.mode, "audit": self.audit,
-                              "require": self.require_isolation, "uid_base": self.uid_base}}
+        return {
+            "solution": solution,
+            "steps": [step.wire() for step in plan.steps],
+            "nonce": nonce,
+            "limits": self.limits.wire(),
+            "isolation": {
+                "mode": self.mode,
+                "audit": self.audit,
+                "require": self.require_isolation,
+                "uid_base": self.uid_base,
+            },
+        }
 
     def _run_once(self, solution: str, plan: TestPlan) -> SandboxResult:
         nonce = secrets.token_hex(16)
@@ -191,9 +217,16 @@ class Sandbox:
         started = time.monotonic()
         try:
             try:
-                proc = subprocess.Popen([self.python, "-I", "-S", "-B", str(self.harness)], stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=workdir, env={},
-                                        start_new_session=True, close_fds=True)
+                proc = subprocess.Popen(
+                    [self.python, "-I", "-S", "-B", str(self.harness)],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    cwd=workdir,
+                    env={},
+                    start_new_session=True,
+                    close_fds=True,
+                )
             except OSError as err:
                 raise SandboxError(f"could not start the sandbox ({self.python}): {err}") from None
             try:
@@ -208,11 +241,15 @@ class Sandbox:
         report = _report(out)
         if proc.returncode != 0 or report is None:
             tail = err.decode(errors="replace").strip().splitlines()[-3:]
-            raise SandboxError(f"the sandbox harness exited with {proc.returncode} without a report: "
-                               + (" | ".join(tail) or "no output"))
+            raise SandboxError(
+                f"the sandbox harness exited with {proc.returncode} without a report: "
+                + (" | ".join(tail) or "no output")
+            )
         if "unavailable" in report:
-            raise SandboxUnavailable(f"sandbox isolation is not available here ({report['unavailable']}); "
-                                     "needs root or unprivileged user namespaces, or require_isolation=False")
+            raise SandboxUnavailable(
+                f"sandbox isolation is not available here ({report['unavailable']}); "
+                "needs root or unprivileged user namespaces, or require_isolation=False"
+            )
         try:
             return self._verdict(plan, report, nonce, time.monotonic() - started)
         except (KeyError, TypeError, AttributeError) as err:
@@ -228,11 +265,19 @@ class Sandbox:
         if problem and problem.startswith("setup:"):
             raise SandboxError(f"sandbox setup failed: {problem[6:]}")
         if ready is None:
-            raise SandboxError("the sandbox did not start the candidate (no ready record); harness stderr: "
-                               + report.get("stderr", "")[-300:])
-        common = {"tests_total": plan.tests_total, "trust": plan.trust, "seconds": seconds,
-                  "cpu_s": control.get("cpu_s"), "stdout": report["stdout"], "stderr": report["stderr"],
-                  "isolation": {**report["isolation"], "uid_seen": ready.get("uid"), "caps": ready.get("caps")}}
+            raise SandboxError(
+                "the sandbox did not start the candidate (no ready record); harness stderr: "
+                + report.get("stderr", "")[-300:]
+            )
+        common = {
+            "tests_total": plan.tests_total,
+            "trust": plan.trust,
+            "seconds": seconds,
+            "cpu_s": control.get("cpu_s"),
+            "stdout": report["stdout"],
+            "stderr": report["stderr"],
+            "isolation": {**report["isolation"], "uid_seen": ready.get("uid"), "caps": ready.get("caps")},
+        }
         verdict = judge(plan, records)
         if verdict.passed and not problem and not report["records_truncated"]:
             return SandboxResult("passed", 1.0, verdict.tests_passed, detail="", **common)

@@ -20,35 +20,56 @@ from flax import nnx
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+from hf_fixtures import randomize, torch_logits  # noqa: E402
+
+from spotrl.config import ModelConfig, RopeScaling  # noqa: E402
 from spotrl.model.hf import loader  # noqa: E402
 from spotrl.model.hf.config import CONFIG_FILE, CheckpointError, config_from_hf, config_to_hf, read_config  # noqa: E402
+from spotrl.model.hf.export import export_checkpoint  # noqa: E402
 from spotrl.model.hf.loader import load_checkpoint, load_params  # noqa: E402
 from spotrl.model.hf.safetensors import INDEX_FILE, WEIGHTS_FILE  # noqa: E402
 from spotrl.model.memory import count_params, estimate_memory  # noqa: E402
 from spotrl.model.policy import abstract_model, param_shapes  # noqa: E402
-from spotrl.config import ModelConfig, RopeScaling  # noqa: E402
-from spotrl.model.hf.export import export_checkpoint  # noqa: E402
-from spotrl.rollout.sampler import SamplingParams, generate  # noqa: E402
 from spotrl.model.transformer import forward  # noqa: E402
-from hf_fixtures import randomize, torch_logits  # noqa: E402
+from spotrl.rollout.sampler import SamplingParams, generate  # noqa: E402
 
 VOCAB = 128
-SHAPE = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-             num_attention_heads=4, num_key_value_heads=2)
-LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-               "original_max_position_embeddings": 16}
+SHAPE = dict(
+    vocab_size=VOCAB,
+    hidden_size=64,
+    intermediate_size=96,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+)
+LLAMA3_ROPE = {
+    "rope_type": "llama3",
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 16,
+}
 
 
 def _build(kind: str):
     if kind == "qwen2_tied":
         return transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**SHAPE, tie_word_embeddings=True))
     if kind == "qwen2_untied":
-        return transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**SHAPE, tie_word_embeddings=False,
-                                                                       rope_theta=1e6))
+        return transformers.Qwen2ForCausalLM(
+            transformers.Qwen2Config(**SHAPE, tie_word_embeddings=False, rope_theta=1e6)
+        )
     if kind == "llama3":  # rope scaling and a head_dim that is not hidden / heads
-        return transformers.LlamaForCausalLM(transformers.LlamaConfig(
-            **SHAPE, head_dim=32, rope_theta=500000.0, rope_scaling=LLAMA3_ROPE, max_position_embeddings=256,
-            tie_word_embeddings=False, rms_norm_eps=1e-5))
+        return transformers.LlamaForCausalLM(
+            transformers.LlamaConfig(
+                **SHAPE,
+                head_dim=32,
+                rope_theta=500000.0,
+                rope_scaling=LLAMA3_ROPE,
+                max_position_embeddings=256,
+                tie_word_embeddings=False,
+                rms_norm_eps=1e-5,
+            )
+        )
     raise ValueError(kind)
 
 
@@ -71,8 +92,9 @@ def _tokens(batch=2, length=24, seed=0):
     return np.random.default_rng(seed).integers(0, VOCAB, (batch, length)).astype(np.int32)
 
 
-_forward = jax.jit(lambda graphdef, state, tokens, valid: forward(nnx.merge(graphdef, state), tokens, valid),
-                   static_argnums=0)
+_forward = jax.jit(
+    lambda graphdef, state, tokens, valid: forward(nnx.merge(graphdef, state), tokens, valid), static_argnums=0
+)
 
 
 def _our_logits(graphdef, state, tokens, valid=None):
@@ -115,13 +137,25 @@ def test_greedy_generation_equals_transformers(checkpoints, kind):
     valid[0, :3] = False
     prompts[~valid] = 0
     new, stop = 10, VOCAB - 1
-    out = generate(graphdef, state, prompts, valid, jax.random.key(0),
-                   SamplingParams(max_new_tokens=new, stop_token=stop, pad_token=0, temperature=0.0))
+    out = generate(
+        graphdef,
+        state,
+        prompts,
+        valid,
+        jax.random.key(0),
+        SamplingParams(max_new_tokens=new, stop_token=stop, pad_token=0, temperature=0.0),
+    )
     with torch.no_grad():
-        ref = model.generate(torch.tensor(prompts, dtype=torch.long), attention_mask=torch.tensor(valid, dtype=torch.long),
-                             max_new_tokens=new, min_new_tokens=new, do_sample=False, eos_token_id=stop,
-                             pad_token_id=0)
-    np.testing.assert_array_equal(np.asarray(out.tokens), ref[:, prompts.shape[1]:].numpy())
+        ref = model.generate(
+            torch.tensor(prompts, dtype=torch.long),
+            attention_mask=torch.tensor(valid, dtype=torch.long),
+            max_new_tokens=new,
+            min_new_tokens=new,
+            do_sample=False,
+            eos_token_id=stop,
+            pad_token_id=0,
+        )
+    np.testing.assert_array_equal(np.asarray(out.tokens), ref[:, prompts.shape[1] :].numpy())
 
 
 def test_export_round_trips_through_transformers(checkpoints, tmp_path):
@@ -229,8 +263,14 @@ def test_loading_into_an_8_device_mesh_equals_one_device(checkpoints, tmp_path):
     script = tmp_path / "mesh.py"
     script.write_text(_MESH_SCRIPT)
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu"}
-    proc = subprocess.run([sys.executable, str(script), str(path)], capture_output=True, text=True, env=env,
-                          timeout=240, cwd=Path(__file__).resolve().parents[3])
+    proc = subprocess.run(
+        [sys.executable, str(script), str(path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=240,
+        cwd=Path(__file__).resolve().parents[3],
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["q_spec"] == ["fsdp", "tp"]
@@ -304,17 +344,22 @@ def test_missing_and_unexpected_tensors_are_named(broken):
 def test_sharded_index_pointing_at_a_missing_file(broken):
     index = {"weight_map": {"model.embed_tokens.weight": "model-00001-of-00002.safetensors"}}
     (broken / INDEX_FILE).write_text(json.dumps(index))
-    with pytest.raises(CheckpointError, match="'model.embed_tokens.weight' is in .*model-00001-of-00002.safetensors, which is missing"):
+    with pytest.raises(
+        CheckpointError, match="'model.embed_tokens.weight' is in .*model-00001-of-00002.safetensors, which is missing"
+    ):
         load_checkpoint(str(broken))
 
 
-@pytest.mark.parametrize("change,message", [
-    ({"architectures": ["MistralForCausalLM"]}, "unsupported architecture MistralForCausalLM"),
-    ({"dtype": "float16"}, "unsupported dtype 'float16'"),
-    ({"rope_parameters": {"rope_type": "yarn", "factor": 4.0, "rope_theta": 1e4}}, "unsupported rope type 'yarn'"),
-    ({"use_sliding_window": True}, "use_sliding_window"),
-    ({"num_attention_heads": 3}, "num_heads"),
-])
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        ({"architectures": ["MistralForCausalLM"]}, "unsupported architecture MistralForCausalLM"),
+        ({"dtype": "float16"}, "unsupported dtype 'float16'"),
+        ({"rope_parameters": {"rope_type": "yarn", "factor": 4.0, "rope_theta": 1e4}}, "unsupported rope type 'yarn'"),
+        ({"use_sliding_window": True}, "use_sliding_window"),
+        ({"num_attention_heads": 3}, "num_heads"),
+    ],
+)
 def test_unsupported_config_names_the_file(broken, change, message):
     _edit_config(broken, **change)
     with pytest.raises(CheckpointError) as err:
@@ -333,9 +378,17 @@ def test_unsupported_tensor_dtype_is_named(broken):
 
 
 def test_config_round_trip_and_v4_style_rope_keys():
-    cfg = ModelConfig(vocab_size=100, hidden_size=32, intermediate_size=64, num_layers=2, num_heads=4, num_kv_heads=1,
-                      rope_theta=5e5, rope_scaling=RopeScaling(factor=32.0, original_max_position_embeddings=64),
-                      tie_embeddings=True)
+    cfg = ModelConfig(
+        vocab_size=100,
+        hidden_size=32,
+        intermediate_size=64,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=1,
+        rope_theta=5e5,
+        rope_scaling=RopeScaling(factor=32.0, original_max_position_embeddings=64),
+        tie_embeddings=True,
+    )
     written = config_to_hf(cfg)
     assert written["architectures"] == ["LlamaForCausalLM"] and written["rope_scaling"]["rope_type"] == "llama3"
     assert config_from_hf(written) == cfg.model_copy(update={"head_dim": 8})
@@ -344,8 +397,16 @@ def test_config_round_trip_and_v4_style_rope_keys():
 
 
 def test_estimate_memory_hand_computed():
-    cfg = ModelConfig(vocab_size=10, hidden_size=4, intermediate_size=6, num_layers=1, num_heads=2, num_kv_heads=1,
-                      tie_embeddings=True, qkv_bias=True)
+    cfg = ModelConfig(
+        vocab_size=10,
+        hidden_size=4,
+        intermediate_size=6,
+        num_layers=1,
+        num_heads=2,
+        num_kv_heads=1,
+        tie_embeddings=True,
+        qkv_bias=True,
+    )
     # embedding 10*4 = 40; attention q 4*4 + k 4*2 + v 4*2 + o 4*4 = 48, biases 4+2+2 = 8; MLP 3*4*6 = 72;
     # two norms 8 -> one layer 136; final norm 4: 40 + 136 + 4 = 180
     assert count_params(cfg) == 180 == sum(int(np.prod(s)) for s in param_shapes(cfg).values())
@@ -356,8 +417,9 @@ def test_estimate_memory_hand_computed():
     # 6 tokens -> 1248; logits and log-softmax 6 * 2 * 10 * 4 B = 480
     assert m["activations"] == 1248 + 480
     assert m["total"] == 720 + 720 + 1440 + 720 + 96 + 1728 == 5424 and m["per_device"] == 2712
-    bf16 = estimate_memory(cfg.model_copy(update={"dtype": "bfloat16"}), batch=2, seq_len=3, training=False,
-                              reference_copies=0)
+    bf16 = estimate_memory(
+        cfg.model_copy(update={"dtype": "bfloat16"}), batch=2, seq_len=3, training=False, reference_copies=0
+    )
     assert (bf16["params"], bf16["grads"], bf16["optimizer"], bf16["activations"]) == (360, 0, 0, 480)
 
 
@@ -383,8 +445,12 @@ def test_rl_steps_from_a_checkpoint(checkpoints):
         rewards.append(reward.mean())
         grouped = reward.reshape(-1, group)
         advantages = ((grouped - grouped.mean(1, keepdims=True)) / (grouped.std(1, keepdims=True) + 1e-6)).reshape(-1)
-        batch = RLBatch(jnp.asarray(np.concatenate([prompts, np.asarray(out.tokens)], 1)),
-                        jnp.asarray(np.concatenate([valid, done], 1)), out.logprobs, jnp.asarray(advantages, jnp.float32))
+        batch = RLBatch(
+            jnp.asarray(np.concatenate([prompts, np.asarray(out.tokens)], 1)),
+            jnp.asarray(np.concatenate([valid, done], 1)),
+            out.logprobs,
+            jnp.asarray(advantages, jnp.float32),
+        )
         train, metrics = step(train, batch)
         assert abs(float(metrics["ratio_mean"]) - 1.0) < 1e-4
         assert np.isfinite(float(metrics["loss"]))

@@ -9,11 +9,11 @@ import pytest
 tokenizers = pytest.importorskip("tokenizers")
 transformers = pytest.importorskip("transformers")
 
+from hf_fixtures import byte_level_bpe, write_qwen_tokenizer  # noqa: E402
 from tokenizers import Tokenizer, models, processors  # noqa: E402
 
 from spotrl.model.hf.config import CheckpointError  # noqa: E402
 from spotrl.model.hf.tokenizer import HFTokenizer  # noqa: E402
-from hf_fixtures import byte_level_bpe, write_qwen_tokenizer  # noqa: E402
 
 # Llama 3's shape: BOS written by the template, header tokens, trim_blocks-sensitive whitespace
 LLAMA3 = """{{- bos_token }}
@@ -23,11 +23,15 @@ LLAMA3 = """{{- bos_token }}
 {%- if add_generation_prompt %}
     {{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}
 {%- endif %}
-"""
+"""  # noqa: E501 - the template verbatim
 
 TEXTS = ["What is 12 + 34?", "  leading spaces and\nnew lines\n", "Grüße 東京 🙂", "<|im_end|> inside text", ""]
-CHAT = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 12 + 34?"},
-        {"role": "assistant", "content": "46"}, {"role": "user", "content": "And 1 + 1?"}]
+CHAT = [
+    {"role": "system", "content": "Be brief."},
+    {"role": "user", "content": "What is 12 + 34?"},
+    {"role": "assistant", "content": "46"},
+    {"role": "user", "content": "And 1 + 1?"},
+]
 
 
 @pytest.fixture(scope="module")
@@ -45,17 +49,36 @@ def llama_like(tmp_path_factory):
     specials = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
     tok = byte_level_bpe(specials)
     bos = tok.token_to_id("<|begin_of_text|>")
-    tok.post_processor = processors.Sequence([
-        processors.ByteLevel(trim_offsets=False),
-        processors.TemplateProcessing(single="<|begin_of_text|> $A", pair="<|begin_of_text|> $A <|begin_of_text|> $B",
-                                      special_tokens=[("<|begin_of_text|>", bos)]),
-    ])
+    tok.post_processor = processors.Sequence(
+        [
+            processors.ByteLevel(trim_offsets=False),
+            processors.TemplateProcessing(
+                single="<|begin_of_text|> $A",
+                pair="<|begin_of_text|> $A <|begin_of_text|> $B",
+                special_tokens=[("<|begin_of_text|>", bos)],
+            ),
+        ]
+    )
     tok.save(str(path / "tokenizer.json"))
-    (path / "tokenizer_config.json").write_text(json.dumps({
-        "tokenizer_class": "PreTrainedTokenizerFast",
-        "bos_token": {"__type": "AddedToken", "content": "<|begin_of_text|>", "lstrip": False, "rstrip": False,
-                      "normalized": False, "single_word": False, "special": True},
-        "eos_token": "<|eot_id|>", "model_max_length": 1024, "clean_up_tokenization_spaces": False}))
+    (path / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "tokenizer_class": "PreTrainedTokenizerFast",
+                "bos_token": {
+                    "__type": "AddedToken",
+                    "content": "<|begin_of_text|>",
+                    "lstrip": False,
+                    "rstrip": False,
+                    "normalized": False,
+                    "single_word": False,
+                    "special": True,
+                },
+                "eos_token": "<|eot_id|>",
+                "model_max_length": 1024,
+                "clean_up_tokenization_spaces": False,
+            }
+        )
+    )
     (path / "chat_template.jinja").write_text(LLAMA3)
     ids = [tok.token_to_id(t) for t in ["<|end_of_text|>", "<|eot_id|>"]]
     (path / "generation_config.json").write_text(json.dumps({"bos_token_id": bos, "eos_token_id": ids}))
@@ -83,7 +106,8 @@ def test_same_ids_and_chat_template_as_transformers(which, request):
         # a templated prompt is not given a second BOS
         assert ours.encode_prompt(text) == _hf_chat_ids(auto, messages)
     assert ours.apply_chat_template(CHAT, add_generation_prompt=False) == auto.apply_chat_template(
-        CHAT, add_generation_prompt=False, tokenize=False)
+        CHAT, add_generation_prompt=False, tokenize=False
+    )
 
 
 def test_special_and_stop_tokens(qwen_like, llama_like):

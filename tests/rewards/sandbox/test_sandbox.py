@@ -13,10 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from spotrl.rewards.sandbox import runner as sb
-from spotrl.rewards.code import code_reward, extract_code
 from spotrl.rewards import code_tests
+from spotrl.rewards.code import code_reward, extract_code
 from spotrl.rewards.code_tests import decode, judge, parse_records, plan_tests
+from spotrl.rewards.sandbox import runner as sb
 from spotrl.rewards.sandbox.runner import Limits, Sandbox, SandboxError, SandboxUnavailable
 from spotrl.rewards.score import score
 
@@ -64,6 +64,7 @@ def _no_leftovers(timeout: float = 3.0) -> bool:
 
 # ---------------------------------------------------------------------------------- correct code
 
+
 def test_correct_solution_passes_out_of_process(sandbox):
     result = sandbox.run(GOOD, ADD_TESTS)
     assert (result.status, result.reward, result.tests_passed, result.tests_total) == ("passed", 1.0, 3, 3)
@@ -82,7 +83,10 @@ def test_wrong_solution_fails_with_the_value_it_returned(sandbox):
 
 
 def test_setup_statements_and_non_literal_asserts_run_in_the_sandbox(sandbox):
-    tests = "import math\nxs = [add(i, i) for i in range(3)]\nassert xs == [0, 2, 4]\nassert math.isclose(add(0.1, 0.2), 0.3)\n"
+    tests = (
+        "import math\nxs = [add(i, i) for i in range(3)]\nassert xs == [0, 2, 4]\n"
+        "assert math.isclose(add(0.1, 0.2), 0.3)\n"
+    )
     result = sandbox.run(GOOD, tests)
     assert result.status == "passed" and result.tests_total == 2 and result.trust == "in-process"
 
@@ -99,43 +103,99 @@ def _hostile_cases(tmp: Path, port: int):
         "infinite loop (CPU)": ("while True:\n    pass\n", "assert add(1, 2) == 3", {"limit", "timeout"}),
         "sleeps forever": ("import time\ntime.sleep(3600)\n", "assert add(1, 2) == 3", {"timeout"}),
         "memory bomb": ("x = bytearray(4 * 1024 ** 3)\n", "assert add(1, 2) == 3", {"limit"}),
-        "memory creep": ("xs = []\nwhile True:\n    xs.append(bytearray(2 ** 24))\n", "assert add(1, 2) == 3", {"limit"}),
-        "huge file": ("with open('big', 'wb') as f:\n    while True:\n        f.write(b'x' * 2 ** 20)\n",
-                      "assert add(1, 2) == 3", {"limit"}),
-        "fork bomb": ("import os\nwhile True:\n    os.fork()\n", "assert add(1, 2) == 3", {"limit", "timeout", "failed"}),
+        "memory creep": (
+            "xs = []\nwhile True:\n    xs.append(bytearray(2 ** 24))\n",
+            "assert add(1, 2) == 3",
+            {"limit"},
+        ),
+        "huge file": (
+            "with open('big', 'wb') as f:\n    while True:\n        f.write(b'x' * 2 ** 20)\n",
+            "assert add(1, 2) == 3",
+            {"limit"},
+        ),
+        "fork bomb": (
+            "import os\nwhile True:\n    os.fork()\n",
+            "assert add(1, 2) == 3",
+            {"limit", "timeout", "failed"},
+        ),
         "fork bomb that escapes its group": (
-            "import os\nwhile True:\n    try:\n        if os.fork() == 0:\n            os.setsid()\n    except OSError:\n        pass\n",
-            "assert add(1, 2) == 3", {"timeout", "limit", "failed"}),
-        "reads the environment": (f"import os\ndef leak():\n    return os.environ.get({SECRET!r})\n",
-                                  "assert leak() == 'hunter2'", {"failed"}),
-        "reads a file outside": (f"def leak():\n    return open({str(secret_file)!r}).read()\n",
-                                 "assert leak() == 'hunter2'", {"failed"}),
-        "reads the trainer's source": ("def leak():\n    return open(" + repr(str(Path(sb.__file__))) + ").read()[:3]\n",
-                                       "assert leak() == '\"\"\"'", {"failed"}),
-        "writes a file outside": (f"def attack():\n    open({str(target)!r}, 'w').write('x')\n    return 1\n",
-                                  "assert attack() == 1", {"failed"}),
+            "import os\nwhile True:\n    try:\n        if os.fork() == 0:\n"
+            "            os.setsid()\n    except OSError:\n        pass\n",
+            "assert add(1, 2) == 3",
+            {"timeout", "limit", "failed"},
+        ),
+        "reads the environment": (
+            f"import os\ndef leak():\n    return os.environ.get({SECRET!r})\n",
+            "assert leak() == 'hunter2'",
+            {"failed"},
+        ),
+        "reads a file outside": (
+            f"def leak():\n    return open({str(secret_file)!r}).read()\n",
+            "assert leak() == 'hunter2'",
+            {"failed"},
+        ),
+        "reads the trainer's source": (
+            "def leak():\n    return open(" + repr(str(Path(sb.__file__))) + ").read()[:3]\n",
+            'assert leak() == \'"""\'',
+            {"failed"},
+        ),
+        "writes a file outside": (
+            f"def attack():\n    open({str(target)!r}, 'w').write('x')\n    return 1\n",
+            "assert attack() == 1",
+            {"failed"},
+        ),
         "opens a network connection": (
-            f"import socket\ndef attack():\n    socket.create_connection(('127.0.0.1', {port}), timeout=1)\n    return 1\n",
-            "assert attack() == 1", {"failed"}),
+            "import socket\ndef attack():\n"
+            f"    socket.create_connection(('127.0.0.1', {port}), timeout=1)\n    return 1\n",
+            "assert attack() == 1",
+            {"failed"},
+        ),
         "signals its parent": (
-            f"import os, signal\ndef attack():\n    os.kill(os.getppid(), signal.SIGKILL)\n    os.kill({os.getpid()}, signal.SIGKILL)\n    return 1\n",
-            "assert attack() == 1", {"failed"}),
+            "import os, signal\ndef attack():\n    os.kill(os.getppid(), signal.SIGKILL)\n"
+            f"    os.kill({os.getpid()}, signal.SIGKILL)\n    return 1\n",
+            "assert attack() == 1",
+            {"failed"},
+        ),
         "kills its process group": ("import os\nos.killpg(0, 9)\n", "assert add(1, 2) == 3", {"failed"}),
         "exits early with 0": ("import sys\nsys.exit(0)\n", "assert add(1, 2) == 3", {"failed"}),
         "os._exit(0) before the tests": ("import os\nos._exit(0)\n", "assert add(1, 2) == 3", {"failed"}),
-        "object equal to everything": ("class Eq:\n    def __eq__(self, other):\n        return True\n"
-                                       "def add(a, b):\n    return Eq()\n", "assert add(1, 2) == 3", {"failed"}),
-        "int subclass equal to everything": ("class Eq(int):\n    def __eq__(self, other):\n        return True\n"
-                                             "def add(a, b):\n    return Eq(0)\n", "assert add(1, 2) == 3", {"failed"}),
-        "patches exec and eval": ("import builtins\nbuiltins.exec = lambda *a, **k: None\nbuiltins.eval = lambda *a, **k: 3\n"
-                                  "def add(a, b):\n    return 0\n", "assert add(1, 2) == 3\nassert add(2, 2) > 10\n", {"failed"}),
-        "forges result records": ("import os\nos.write(3, b'{\"step\": \"solution\", \"ok\": true}\\n{\"step\": 0, \"ok\": true, "
-                                  "\"value\": [\"int\", \"0x3\"]}\\n{\"done\": true}\\n')\nos._exit(0)\n",
-                                  "assert add(1, 2) == 3", {"failed"}),
-        "floods the result channel": ("import os\nwhile True:\n    os.write(3, b'x' * 65536)\n", "assert add(1, 2) == 3",
-                                      {"failed", "timeout"}),
-        "loads ctypes": ("import ctypes\nctypes.CDLL(None).prctl(1, 0, 0, 0, 0)\n", "assert add(1, 2) == 3", {"failed"}),
-        "spawns a shell": ("import subprocess\nsubprocess.run(['sh', '-c', 'id'])\n", "assert add(1, 2) == 3", {"failed"}),
+        "object equal to everything": (
+            "class Eq:\n    def __eq__(self, other):\n        return True\ndef add(a, b):\n    return Eq()\n",
+            "assert add(1, 2) == 3",
+            {"failed"},
+        ),
+        "int subclass equal to everything": (
+            "class Eq(int):\n    def __eq__(self, other):\n        return True\ndef add(a, b):\n    return Eq(0)\n",
+            "assert add(1, 2) == 3",
+            {"failed"},
+        ),
+        "patches exec and eval": (
+            "import builtins\nbuiltins.exec = lambda *a, **k: None\nbuiltins.eval = lambda *a, **k: 3\n"
+            "def add(a, b):\n    return 0\n",
+            "assert add(1, 2) == 3\nassert add(2, 2) > 10\n",
+            {"failed"},
+        ),
+        "forges result records": (
+            'import os\nos.write(3, b\'{"step": "solution", "ok": true}\\n{"step": 0, "ok": true, '
+            '"value": ["int", "0x3"]}\\n{"done": true}\\n\')\nos._exit(0)\n',
+            "assert add(1, 2) == 3",
+            {"failed"},
+        ),
+        "floods the result channel": (
+            "import os\nwhile True:\n    os.write(3, b'x' * 65536)\n",
+            "assert add(1, 2) == 3",
+            {"failed", "timeout"},
+        ),
+        "loads ctypes": (
+            "import ctypes\nctypes.CDLL(None).prctl(1, 0, 0, 0, 0)\n",
+            "assert add(1, 2) == 3",
+            {"failed"},
+        ),
+        "spawns a shell": (
+            "import subprocess\nsubprocess.run(['sh', '-c', 'id'])\n",
+            "assert add(1, 2) == 3",
+            {"failed"},
+        ),
     }
 
 
@@ -174,16 +234,29 @@ def test_hostile_program_is_contained(case, sandbox, hostile_env):
     _check_contained(tmp, server, result, allowed)
 
 
-LAYER_CASES = ["reads the environment", "reads a file outside", "writes a file outside", "opens a network connection",
-               "signals its parent", "kills its process group", "fork bomb that escapes its group", "memory bomb"]
+LAYER_CASES = [
+    "reads the environment",
+    "reads a file outside",
+    "writes a file outside",
+    "opens a network connection",
+    "signals its parent",
+    "kills its process group",
+    "fork bomb that escapes its group",
+    "memory bomb",
+]
 
 
-@pytest.mark.parametrize("layer", ["namespaces only (no audit hook)", "user namespace", "audit hook only (no namespaces)"])
+@pytest.mark.parametrize(
+    "layer", ["namespaces only (no audit hook)", "user namespace", "audit hook only (no namespaces)"]
+)
 def test_each_isolation_layer_contains_on_its_own(layer, hostile_env):
     if os.geteuid() != 0 and layer != "user namespace":
         pytest.skip("the other layers need root here")
-    kw = {"namespaces only (no audit hook)": {"audit": False}, "user namespace": {"mode": "userns"},
-          "audit hook only (no namespaces)": {"mode": "none"}}[layer]
+    kw = {
+        "namespaces only (no audit hook)": {"audit": False},
+        "user namespace": {"mode": "userns"},
+        "audit hook only (no namespaces)": {"mode": "none"},
+    }[layer]
     tmp, server = hostile_env
     cases = _hostile_cases(tmp, server.getsockname()[1])
     for case in LAYER_CASES:
@@ -217,6 +290,7 @@ def test_stdout_is_captured_and_bounded():
 
 # ------------------------------------------------------------------------ the sandbox's own failures
 
+
 def _fake_harness(tmp_path: Path, body: str) -> Path:
     path = tmp_path / "harness.py"
     path.write_text(body)
@@ -238,16 +312,18 @@ def test_harness_that_could_not_start_is_an_error():
 def test_transient_harness_failure_is_retried(tmp_path):
     marker = tmp_path / "crashed-once"
     real = Path(sb.__file__).with_name("harness.py")
-    body = (f"import os, sys\nif not os.path.exists({str(marker)!r}):\n    open({str(marker)!r}, 'w').close()\n"
-            f"    os._exit(9)\nsys.argv[0] = {str(real)!r}\n"
-            f"exec(compile(open({str(real)!r}).read(), {str(real)!r}, 'exec'), {{'__name__': '__main__'}})\n")
+    body = (
+        f"import os, sys\nif not os.path.exists({str(marker)!r}):\n    open({str(marker)!r}, 'w').close()\n"
+        f"    os._exit(9)\nsys.argv[0] = {str(real)!r}\n"
+        f"exec(compile(open({str(real)!r}).read(), {str(real)!r}, 'exec'), {{'__name__': '__main__'}})\n"
+    )
     box = Sandbox(FAST, retries=2, backoff_s=0.0, harness=_fake_harness(tmp_path, body))
     result = box.run(GOOD, ADD_TESTS)
     assert result.status == "passed" and result.attempts == 2 and box.stats["retries"] == 1
 
 
 def test_unavailable_isolation_is_not_retried(tmp_path):
-    body = "print('{\"event\": \"result\", \"unavailable\": \"unshare: Operation not permitted\", \"isolation\": {}}')\n"
+    body = 'print(\'{"event": "result", "unavailable": "unshare: Operation not permitted", "isolation": {}}\')\n'
     box = Sandbox(FAST, retries=3, backoff_s=0.0, harness=_fake_harness(tmp_path, body))
     with pytest.raises(SandboxUnavailable, match="not available") as err:
         box.run(GOOD, ADD_TESTS)
@@ -272,6 +348,7 @@ def test_score_raises_on_sandbox_failure_instead_of_scoring_zero(tmp_path, monke
 
 # --------------------------------------------------------------------- the verifier and the pool
 
+
 def test_code_verifier_extracts_the_last_block_and_needs_the_stop_token():
     completion = "First try:\n```python\ndef add(a, b): return 0\n```\nFixed:\n```python\n" + GOOD + "```\n"
     assert extract_code(completion) == GOOD
@@ -293,6 +370,7 @@ def test_parallel_scoring_matches_sequential():
 
 
 # ----------------------------------------------------------------- test plans and the judge (no subprocess)
+
 
 def test_plan_keeps_literals_out_of_the_sandbox():
     plan = plan_tests("import math\nassert f(2) == 4\nassert [1, 2] == g()\nassert f(1) == f(1)\nassert f(3)\n")
@@ -317,8 +395,11 @@ def test_decode_refuses_malformed_images():
 
 def test_judge_needs_every_record_and_the_end_marker():
     plan = plan_tests("assert f(1) == 2\nassert f(2) == 3\n")
-    ok = [{"step": "solution", "ok": True}, {"step": 0, "ok": True, "value": ["int", "0x2"]},
-          {"step": 1, "ok": True, "value": ["int", "0x3"]}]
+    ok = [
+        {"step": "solution", "ok": True},
+        {"step": 0, "ok": True, "value": ["int", "0x2"]},
+        {"step": 1, "ok": True, "value": ["int", "0x3"]},
+    ]
     assert judge(plan, ok + [{"done": True}]).passed
     assert not judge(plan, ok).passed  # no end marker: the run stopped early
     assert not judge(plan, ok[:2] + [{"done": True}]).passed
