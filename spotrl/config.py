@@ -114,7 +114,7 @@ class ModelConfig(BaseModel):
         "built-in model, randomly initialised, and the character tokenizer",
     )
     chat_template: bool = Field(
-        True, description="render task prompts through the tokenizer's chat template (when the checkpoint has one)"
+        True, description="render problem prompts through the tokenizer's chat template (when the checkpoint has one)"
     )
     remat: bool = Field(False, description="recompute each layer's activations in the backward pass (memory for FLOPs)")
     mesh: MeshConfig = MeshConfig()
@@ -242,7 +242,7 @@ class DifficultyConfig(_Section):
 
 
 class CurationConfig(_Section):
-    sources: tuple[SourceConfig, ...] = Field((), description="empty: the task's built-in prompts")
+    sources: tuple[SourceConfig, ...] = Field((), description="empty: the problem's built-in prompts")
     eval: tuple[SourceConfig, ...] = Field(
         (), description="held-out sets: training prompts sharing an n-gram with them are removed"
     )
@@ -503,7 +503,7 @@ class RunConfig(_Section):
             raise ValueError("algorithm.overlong.cache_tokens must be smaller than its max_tokens")
         vocab = problem.tokenizer().vocab_size
         if self.model.vocab_size < vocab:
-            raise ValueError(f"model.vocab_size ({self.model.vocab_size}) < the task tokenizer's {vocab} tokens")
+            raise ValueError(f"model.vocab_size ({self.model.vocab_size}) < the problem tokenizer's {vocab} tokens")
         if self.eval.prompts > self.problem.eval_size:
             raise ValueError(f"eval.prompts ({self.eval.prompts}) > problem.eval_size ({self.problem.eval_size})")
         return self

@@ -58,3 +58,24 @@ def test_run_dir_with_other_config_is_refused_and_kept(tmp_path):
     assert (tmp_path / "config.yaml").read_text() == before
     assert rundir.prepare(tmp_path, a) == tmp_path.resolve()  # the same config resumes
     assert config_diff(a, b) == ["iterations", "seed"]
+
+
+def test_the_old_task_key_is_read_as_problem_with_a_warning():
+    with pytest.warns(DeprecationWarning, match="`task` is now `problem`"):
+        old = build_config({"task": {"train_size": 100, "eval_size": 20}}, ["eval.prompts=20"])
+    assert old == build_config({"problem": {"train_size": 100, "eval_size": 20}}, ["eval.prompts=20"])
+    assert (old.problem.train_size, old.problem.eval_size) == (100, 20)
+    with pytest.raises(ConfigError, match="both `task` and `problem`"):
+        build_config({"task": {"train_size": 100}, "problem": {"train_size": 100}})
+
+
+def test_a_run_directory_written_with_the_task_key_resumes(tmp_path):
+    """A config.yaml written before the rename (key `task`) holds the same run as today's config."""
+    config = build_config(None, ["iterations=3"])
+    old = config.model_dump(mode="json")
+    old["task"] = old.pop("problem")
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(old, sort_keys=False))
+    with pytest.warns(DeprecationWarning):
+        assert rundir.prepare(tmp_path, config) == tmp_path.resolve()
+    with pytest.warns(DeprecationWarning), pytest.raises(rundir.RunDirError, match="problem.train_size"):
+        rundir.prepare(tmp_path, build_config(None, ["iterations=3", "problem.train_size=100"]))

@@ -1,1 +1,1 @@
-"""Prompt datasets: built-in tasks, schemas, splits."""
+"""Prompt datasets in, curated splits out: sources, schema, quarantine, dedup, decontamination, mixing, difficulty."""

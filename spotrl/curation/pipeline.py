@@ -5,7 +5,7 @@
          -> write (manifest last)
 
 The train and eval splits share no prompt, exactly or after normalisation (dedup runs first). They
-are not n-gram-decontaminated against each other: templated tasks (the built-in code task) share
+are not n-gram-decontaminated against each other: templated problems (the built-in code problem) share
 long n-grams between distinct problems, and removing those would empty the split.
 
 `curate` returns the summary (also stored in the manifest): rows read, quarantined (by reason),
@@ -37,7 +37,7 @@ class CurateOptions:
     eval_size: int | None = None
     total: int | None = None
     weights: dict = field(default_factory=dict)  # source name -> weight; empty: keep every row
-    require: str | None = None  # the field a training task's verifier needs ("answer" or "tests")
+    require: str | None = None  # the field a training problem's verifier needs ("answer" or "tests")
     alphabet: str | None = None  # the characters its tokenizer encodes; rows with others are quarantined
 
 

@@ -47,8 +47,8 @@ def to_dataset(frame: pd.DataFrame, name: str) -> datasets.Dataset:
 # The canonical row of curated datasets (issue 6): every source is mapped into these columns.
 #   id        unique, "<source>/<id in the source or row number>"
 #   prompt    non-empty text
-#   answer    the reference answer (math/exact tasks), or missing
-#   tests     Python assert statements (code tasks), or missing; at least one of answer and tests
+#   answer    the reference answer (math/exact problems), or missing
+#   tests     Python assert statements (code problems), or missing; at least one of answer and tests
 #   source    the source's name
 #   metadata  a JSON object (string) with the source's other columns
 

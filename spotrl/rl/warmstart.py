@@ -1,7 +1,7 @@
 """Supervised warm start: teacher-forced training on reference completions until the policy is mediocre.
 
 RL needs a policy that sometimes succeeds (else every group has reward 0 and no signal) and often
-fails (else nothing is left to learn). Accuracy jumps within a few dozen steps on the built-in task,
+fails (else nothing is left to learn). Accuracy jumps within a few dozen steps on the built-in problem,
 so the stop is a measured threshold on greedy accuracy, not a fixed step count.
 """
 

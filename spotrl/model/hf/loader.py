@@ -237,7 +237,7 @@ def sharding_rules(mesh: jax.sharding.Mesh, config: ModelConfig, rules=DEFAULT_R
 
 def load_tokenizer(cfg: ModelConfig, builtin=None):
     """The checkpoint's HFTokenizer (prompts through its chat template when `cfg.chat_template`), or
-    `builtin` (the task's tokenizer for the built-in model; the CharTokenizer when not given)."""
+    `builtin` (the problem's tokenizer for the built-in model; the CharTokenizer when not given)."""
     if not cfg.path:
         return builtin or CharTokenizer()
     from spotrl.model.hf.tokenizer import HFTokenizer

@@ -113,7 +113,7 @@ class HFTokenizer:
         self.pad_id = pad if pad is not None else self.eos_id
         self.chat_template = chat_template
         self._template = None
-        # set by a run with model.chat_template: batch-encoded prompts are task text, rendered as a user turn
+        # set by a run with model.chat_template: batch-encoded prompts are problem text, rendered as a user turn
         self.chat_prompts = False
         # what the post-processor puts around a single sequence (Llama 3: <|begin_of_text|> before it)
         probe_plain = self._tok.encode("a", add_special_tokens=False).ids
@@ -244,7 +244,7 @@ class HFTokenizer:
         return self.encode(text) if tokenize else text
 
     def chat_prompt(self, user: str, *, system: str | None = None) -> str:
-        """A task's text prompt as the model expects it: through the chat template when there is one."""
+        """A problem's text prompt as the model expects it: through the chat template when there is one."""
         if not self.chat_template:
             return user
         messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": user}]
