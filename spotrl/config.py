@@ -334,8 +334,6 @@ class ValueConfig(_Section):
     learning_rate: float = Field(1e-3, gt=0)
 
 
-ALGORITHMS = ("grpo", "dr_grpo", "dapo", "rloo", "reinforce_pp", "gspo", "ppo")
-
 # Each preset is only a choice of parts. The field defaults of AlgorithmConfig are GRPO's (with the
 # token-mean aggregation verl and DAPO use); a preset overrides some of them, and any key set
 # explicitly in a config file or with --set overrides the preset.
@@ -348,6 +346,7 @@ ALGORITHM_PRESETS: dict[str, dict] = {
     "gspo": {"ratio_level": "sequence", "clip_low": 3e-4, "clip_high": 4e-4, "aggregation": "seq_mean_token_mean"},
     "ppo": {"advantage": "gae", "value": {"head": "shared"}},
 }
+ALGORITHMS = tuple(ALGORITHM_PRESETS)  # the names `algorithm.name` accepts
 
 
 def _merge(base: dict, override: dict) -> dict:
