@@ -75,6 +75,17 @@ def build_config(data: dict | None = None, overrides: list[str] = ()) -> RunConf
         raise ConfigError(_format(err)) from None
 
 
+def resolve(config: RunConfig) -> RunConfig:
+    """A RunConfig validated elsewhere (a Prefect deployment's `config` parameter), completed as
+    `build_config` completes a file's: with model.path, the architecture keys it does not set come
+    from the checkpoint's config.json, and those it sets must agree. Without a path, `config` itself."""
+    if not config.model.path:
+        return config
+    data = config.model_dump(mode="json")
+    data["model"] = config.model.model_dump(mode="json", exclude_unset=True)  # the keys the caller set
+    return build_config(data)
+
+
 def load_config(name_or_path: str | Path | None = None, overrides: list[str] = ()) -> RunConfig:
     """A preset by name or path (None: the defaults, which are tiny.yaml's) with overrides applied."""
     data, path = {}, None

@@ -17,13 +17,13 @@ from prefect import flow, unmapped
 from prefect.utilities.annotations import quote
 
 from spotrl.config import RunConfig
+from spotrl.configs import resolve
 from spotrl.curation.curriculum import estimate_iteration
 from spotrl.flows import rundir
 from spotrl.flows.preemption import PreemptionGuard
 from spotrl.flows.results import result_storage
 from spotrl.flows.resume import eval_due, find_resume_point
 from spotrl.model.compiles import compile_count
-from spotrl.model.hf.loader import check_checkpoint
 from spotrl.storage.paths import AnyPath, as_path
 from spotrl.tasks import stages
 from spotrl.tasks.context import get_context
@@ -80,8 +80,7 @@ def train(
             "not resubmitting: look at why the previous attempts crashed"
         )
     started = time.perf_counter()
-    if config.model.path:  # a checkpoint that disagrees with the config fails before the run directory holds it
-        check_checkpoint(config.model)
+    config = resolve(config)  # a deployment's config did not go through the loader: complete it from model.path
     run_path = rundir.prepare(run_dir, config)
     with (
         rundir.exclusive(run_path),

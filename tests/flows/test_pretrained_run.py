@@ -21,7 +21,7 @@ from hf_fixtures import randomize, torch_logits, write_qwen_tokenizer  # noqa: E
 
 from spotrl.cli.main import main as cli_main  # noqa: E402
 from spotrl.config import ConfigError, RunConfig  # noqa: E402
-from spotrl.configs import build_config  # noqa: E402
+from spotrl.configs import build_config, resolve  # noqa: E402
 from spotrl.flows import rundir  # noqa: E402
 from spotrl.model.hf.config import CheckpointError  # noqa: E402
 from spotrl.model.hf.loader import check_checkpoint, load_tokenizer  # noqa: E402
@@ -88,6 +88,23 @@ def test_config_takes_the_architecture_from_the_checkpoint(checkpoint):
         r"  model.hidden_size: config 48, checkpoint 32",
     ):
         check_checkpoint(direct.model)
+
+
+def test_a_deployment_config_is_completed_from_the_checkpoint(checkpoint):
+    """A RunConfig validated directly (as Prefect validates a deployment's `config` parameter) with
+    model.path and no architecture keys: the flow completes it from config.json, as the loader does."""
+    path, _ = checkpoint
+    loaded = build_config(None, OVERRIDES + [f"model.path={path}"])
+    data = build_config(None, OVERRIDES).model_dump(mode="json")
+    data["model"] = {"path": str(path)}
+    direct = RunConfig.model_validate(data)
+    assert direct.model.hidden_size != 32  # validation alone: the tiny default
+    assert resolve(direct) == loaded
+    data["model"] = {"path": str(path), "hidden_size": 48}
+    with pytest.raises(ConfigError, match=r"model.hidden_size: config 48, checkpoint 32"):
+        resolve(RunConfig.model_validate(data))
+    plain = build_config(None, OVERRIDES)
+    assert resolve(plain) is plain
 
 
 def test_two_iterations_from_the_checkpoint(finished, checkpoint):
