@@ -30,6 +30,18 @@ def derive_numpy_rng(seed: int, stream: str, *path: int) -> np.random.Generator:
     return np.random.default_rng([seed, zlib.crc32(stream.encode()), *path])
 
 
+def rollout_key(seed: int, iteration: int, shard: int, generation_round: int = 0) -> jax.Array:
+    """The key shard `shard` of an iteration's rollout round samples with (round 0: the iteration's own)."""
+    if generation_round == 0:
+        return derive_key(seed, "rollout", iteration, shard)
+    return derive_key(seed, "rollout", iteration, shard, generation_round)
+
+
+def minibatch_rng(seed: int, iteration: int) -> np.random.Generator:
+    """The generator that orders an iteration's rollouts into minibatches."""
+    return derive_numpy_rng(seed, "minibatches", iteration)
+
+
 def next_iteration_streams(seed: int, iteration: int, shards: int) -> dict:
     """The concrete keys iteration `iteration + 1` will use, as JSON: recorded in each checkpoint.
 
@@ -39,11 +51,9 @@ def next_iteration_streams(seed: int, iteration: int, shards: int) -> dict:
     import jax
 
     nxt = iteration + 1
-    minibatch_state = derive_numpy_rng(seed, "minibatches", nxt).bit_generator.state["state"]
+    minibatch_state = minibatch_rng(seed, nxt).bit_generator.state["state"]
     return {
         "iteration": nxt,
-        "rollout": [
-            np.asarray(jax.random.key_data(derive_key(seed, "rollout", nxt, s))).tolist() for s in range(shards)
-        ],
+        "rollout": [np.asarray(jax.random.key_data(rollout_key(seed, nxt, s))).tolist() for s in range(shards)],
         "minibatches": {k: str(v) for k, v in minibatch_state.items()},
     }

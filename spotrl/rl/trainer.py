@@ -18,7 +18,7 @@ from spotrl.rl.importance import importance_statistics, truncated_weights
 from spotrl.rl.train_step import build_rl_step, build_scoring_fn, loss_spec
 from spotrl.rl.update import advantage_spec, policy_update
 from spotrl.rl.warmstart import pretrained_start, supervised_warm_start
-from spotrl.rng import derive_numpy_rng, next_iteration_streams
+from spotrl.rng import minibatch_rng, next_iteration_streams
 
 
 def update_on_batch(
@@ -79,7 +79,7 @@ def update_on_batch(
         spec=advantage_spec(a, r.group_size),
         minibatches=a.minibatches,
         epochs=a.epochs,
-        rng=derive_numpy_rng(config.seed, "minibatches", iteration),
+        rng=minibatch_rng(config.seed, iteration),
         real_rows=batch.real_rows,
         ref_logprobs=ref_logprobs,
         old_values=old_values,

@@ -8,7 +8,6 @@ import jax
 import numpy as np
 import pandas as pd
 
-from spotrl.rng import derive_key
 from spotrl.rollout.sampler import SamplingParams, generate, generate_groups, is_stop
 
 
@@ -82,13 +81,6 @@ def sample_completions(
         texts=[tokenizer.decode(t) for t in tokens],
         stopped=stopped,
     )
-
-
-def rollout_key(seed: int, iteration: int, shard: int, generation_round: int = 0) -> jax.Array:
-    """The key shard `shard` of an iteration's rollout round samples with (round 0: the iteration's own)."""
-    if generation_round == 0:
-        return derive_key(seed, "rollout", iteration, shard)
-    return derive_key(seed, "rollout", iteration, shard, generation_round)
 
 
 def completions_frame(prompts, completions: Completions, group_size: int, weights_version: int) -> pd.DataFrame:

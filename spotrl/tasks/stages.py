@@ -26,8 +26,8 @@ from spotrl.rewards.score import score
 from spotrl.rl.batch import training_batch
 from spotrl.rl.shaping import reward_summary, shaped_rewards
 from spotrl.rl.trainer import checkpoint_metadata, initial_metadata, starting_params, update_on_batch
-from spotrl.rng import derive_key
-from spotrl.rollout.completions import completions_frame, rollout_key, sample_completions
+from spotrl.rng import derive_key, rollout_key
+from spotrl.rollout.completions import completions_frame, sample_completions
 from spotrl.storage.lease import worker_id
 from spotrl.storage.rollouts import read_shard, write_shard
 from spotrl.tasks.context import get_context

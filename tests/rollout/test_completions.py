@@ -1,18 +1,9 @@
-"""The rollout stage's library: derived keys and the rollout frame."""
+"""The rollout stage's library: the rollout frame."""
 
-import jax
 import numpy as np
 import pandas as pd
 
-from spotrl.rng import derive_key
-from spotrl.rollout.completions import Completions, completions_frame, rollout_key
-
-
-def test_rollout_keys_are_the_derived_streams():
-    same = lambda a, b: np.array_equal(jax.random.key_data(a), jax.random.key_data(b))  # noqa: E731
-    assert same(rollout_key(3, 5, 1), derive_key(3, "rollout", 5, 1))
-    assert same(rollout_key(3, 5, 1, 2), derive_key(3, "rollout", 5, 1, 2))
-    assert not same(rollout_key(3, 5, 1, 1), rollout_key(3, 5, 1))
+from spotrl.rollout.completions import Completions, completions_frame
 
 
 def test_completions_frame_repeats_each_prompt_over_its_group():
