@@ -186,10 +186,8 @@ def _registered(*kinds: str):
         return sorted({name for kind in kinds for name in registry(kind).names()})
 
     def check(name: str) -> str:
-        if len(kinds) == 1:
-            return registry(kinds[0]).check(name)
         if name not in known():
-            raise ValueError(f"no {kinds[0]} {name!r}; known: {known()}")
+            raise ValueError(f"no {' or '.join(kinds)} {name!r}; known: {known()}")
         return name
 
     return Annotated[str, AfterValidator(check), Field(json_schema_extra=lambda schema: schema.update(enum=known()))]
@@ -401,7 +399,8 @@ class AlgorithmConfig(_Section):
             raise ValueError("advantage 'gae' and a value head (value.head 'shared' or 'separate') go together")
         if self.kl.in_reward and self.advantage not in registry("per-token advantage estimator"):
             raise ValueError(
-                f"kl.in_reward needs per-token returns: advantage 'reinforce_pp' or 'gae', not {self.advantage!r}"
+                f"kl.in_reward needs per-token returns: advantage one of "
+                f"{registry('per-token advantage estimator').names()}, not {self.advantage!r}"
             )
         if self.norm_constant is not None and self.aggregation != "seq_mean_token_sum_norm":
             raise ValueError("norm_constant only applies to aggregation 'seq_mean_token_sum_norm'")

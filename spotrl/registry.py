@@ -1,7 +1,7 @@
 """Named registries of interchangeable parts (problems, advantage estimators, verifiers, losses, ...).
 
 A registry owns the names of its parts: the config validates a name by asking the registry
-(`check`), so there is no second list of names to keep in step. The config is the bottom layer,
+(`names`), so there is no second list of names to keep in step. The config is the bottom layer,
 though, and the registries live with their code, above it (`spotrl.rl.advantages`,
 `spotrl.rewards.verifiers`, ...): the config cannot import them. `PROVIDERS` below says, entry-points
 style, which module defines the registry of each kind and registers its built-in entries;
@@ -59,11 +59,6 @@ class Registry(Generic[T]):
 
     def names(self) -> list[str]:
         return sorted(self._items)
-
-    def check(self, name: str) -> str:
-        """`name` if it is registered, else the ValueError of a lookup (which lists the known names)."""
-        self[name]
-        return name
 
 
 def registry(kind: str) -> Registry:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import numpy as np
 
 from spotrl.model.sequences import completion_mask, join
-from spotrl.problems import get_problem
 from spotrl.rl.batch import TrainingBatch
 from spotrl.rl.importance import importance_statistics, truncated_weights
 from spotrl.rl.train_step import build_rl_step, build_scoring_fn, loss_spec
@@ -89,14 +88,15 @@ def update_on_batch(
     return state, metrics
 
 
-def starting_params(config, policy, tokenizer, prompts, answers, targets) -> tuple[dict, dict]:
+def starting_params(config, policy, tokenizer, verifier: str, prompts, answers, targets) -> tuple[dict, dict]:
     """(the iteration-0 parameters, warm-start info): a checkpoint (`model.path`) is the starting
-    policy as is; otherwise the supervised warm start on (prompts, answers, targets)."""
+    policy as is; otherwise the supervised warm start on (prompts, answers, targets), its greedy
+    accuracy judged by `verifier` (a key of spotrl.rewards.verifiers.VERIFIERS)."""
     start = pretrained_start if config.model.path else supervised_warm_start
     return start(
         policy,
         tokenizer,
-        get_problem(config.problem.name).verifier,
+        verifier,
         prompts,
         answers,
         targets,

@@ -56,6 +56,11 @@ def advantage_spec(algorithm, group_size: int) -> AdvantageSpec:
 def compute_advantages(spec: AdvantageSpec, rewards, mask, old_logprobs=None, ref_logprobs=None, old_values=None):
     """Advantages ([B] or [B, N]) and value targets ([B, N], or None without a critic)."""
     rewards = jnp.asarray(rewards, jnp.float32)
+    if spec.estimator not in ADVANTAGE_ESTIMATORS and spec.estimator not in PER_TOKEN_ADVANTAGE_ESTIMATORS:
+        raise ValueError(
+            f"no advantage estimator {spec.estimator!r}; known: "
+            f"{sorted(ADVANTAGE_ESTIMATORS.names() + PER_TOKEN_ADVANTAGE_ESTIMATORS.names())}"
+        )
     if not spec.per_token:
         return ADVANTAGE_ESTIMATORS[spec.estimator](rewards.reshape(-1, spec.group_size), eps=spec.eps).reshape(
             -1

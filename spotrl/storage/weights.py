@@ -239,10 +239,10 @@ class WeightStore:
     def hold(self, version: int, holder: str, ttl_seconds: float = 600.0) -> None:
         """Record that `holder` (a worker) uses `version`: retention keeps it until the lease expires."""
         lease = {"version": version, "holder": holder, "expires_unix": time.time() + ttl_seconds}
-        self._write(json.dumps(lease).encode(), "leases", f"{holder}-v{version:06d}.json")
+        self._write(json.dumps(lease).encode(), "leases", _lease_name(holder, version))
 
     def release(self, version: int, holder: str) -> None:
-        path = self._p("leases", f"{holder}-v{version:06d}.json")
+        path = self._p("leases", _lease_name(holder, version))
         if self.fs.exists(path):
             self.fs.rm(path)
 
@@ -270,3 +270,8 @@ class WeightStore:
             for version in old:
                 if version not in held:
                     self.fs.rm(self._p(f"v{version:06d}"), recursive=True)
+
+
+def _lease_name(holder: str, version: int) -> str:
+    """A lease's file name: the holder (a worker id, host:pid) with ':' made safe for any filesystem."""
+    return f"{holder.replace(':', '-')}-v{version:06d}.json"

@@ -55,8 +55,8 @@ class RunContext:
         cfg = self.config
         # model.path: a Hugging Face checkpoint and its tokenizer, checked before anything loads;
         # otherwise the built-in model with its problem's character tokenizer
-        self.problem = get_problem(cfg.problem.name)
-        self.policy, self.tokenizer = build_policy(cfg.model, cfg.seed, self.problem.tokenizer())
+        self.problem_spec = get_problem(cfg.problem.name)
+        self.policy, self.tokenizer = build_policy(cfg.model, cfg.seed, self.problem_spec.tokenizer())
         self.optimizer = make_optimizer(**cfg.optimizer.model_dump())
         value = cfg.algorithm.value
         self.critic_graphdef = self.critic_init_state = self.critic_optimizer = None
@@ -101,7 +101,7 @@ class RunContext:
     def memory_summary(self) -> str:
         """The run's memory estimate, for the log at start."""
         cfg = self.config
-        longest = self.problem.longest_prompt
+        longest = self.problem_spec.longest_prompt
         if longest is not None:  # no prompt of the problem is longer than this one
             prompt_tokens = self.tokenizer.encode_batch_left_padded([longest])[0].shape[1]
         else:

@@ -72,9 +72,11 @@ def curate(config: RunConfig, run_dir: str) -> dict:
 def warm_start(config: RunConfig, run_dir: str, data: dict) -> dict:
     """Supervised warm start; writes the iteration-0 train state (fresh optimizer for RL)."""
     ctx = get_context(run_dir, config)
-    prompts, answers, targets = ctx.problem.warm_start_examples(ctx.split("train"))
+    prompts, answers, targets = ctx.problem_spec.warm_start_examples(ctx.split("train"))
     started = time.perf_counter()
-    params, info = starting_params(config, ctx.policy, ctx.tokenizer, prompts, answers, targets)
+    params, info = starting_params(
+        config, ctx.policy, ctx.tokenizer, ctx.problem_spec.verifier, prompts, answers, targets
+    )
     state = ctx.initial_train_state(params)
     path = ctx.checkpoints.save(0, state, initial_metadata(config, data["sha256"], info))
     ctx.train_states.put(0, state)
@@ -92,7 +94,7 @@ def difficulty(config: RunConfig, run_dir: str, iteration: int, weights_version:
         ctx.policy.graphdef,
         lambda: ctx.pull(weights_version),
         ctx.tokenizer,
-        ctx.problem.verifier,
+        ctx.problem_spec.verifier,
         ctx.sampling(r.temperature),
         derive_key(config.seed, "difficulty", weights_version),
         config.problem.verify_workers,
@@ -168,7 +170,7 @@ def reward(config: RunConfig, run_dir: str, rollouts: dict) -> dict:
     ctx = get_context(run_dir, config)
     frame = read_shard(rollouts["uri"], rollouts["sha256"])
     frame["task_reward"] = score(
-        ctx.problem.verifier,
+        ctx.problem_spec.verifier,
         frame["completion"].tolist(),
         frame["stopped"],
         frame["answer"].tolist(),
@@ -274,7 +276,7 @@ def evaluate(config: RunConfig, run_dir: str, weights: dict, iteration: int) -> 
         ctx.policy.graphdef,
         ctx.pull(weights["version"]),
         ctx.tokenizer,
-        ctx.problem.verifier,
+        ctx.problem_spec.verifier,
         held_out["prompt"],
         held_out["answer"],
         n=e.n,

@@ -1,12 +1,13 @@
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from flax import nnx
 
 from spotrl.config import ModelConfig
 from spotrl.model.policy import Policy
 from spotrl.model.sequences import completion_mask, join
 from spotrl.rl.train_step import LossSpec, build_rl_step, completion_logprobs, make_optimizer
-from spotrl.rl.update import AdvantageSpec, policy_update
+from spotrl.rl.update import AdvantageSpec, compute_advantages, policy_update
 
 
 def test_update_raises_rewarded_and_lowers_penalised_completions():
@@ -86,3 +87,10 @@ def _critic_step_changes(head: str):
 def test_separate_critic_leaves_the_policy_alone_and_shared_one_trains_its_trunk():
     assert _critic_step_changes("separate") == (False, True)
     assert _critic_step_changes("shared") == (True, True)
+
+
+@pytest.mark.parametrize("kl_in_reward_coef", [0.0, 0.1])
+def test_an_unknown_estimator_is_named_whatever_the_kl_setting(kl_in_reward_coef):
+    spec = AdvantageSpec("nope", group_size=2, kl_in_reward_coef=kl_in_reward_coef)
+    with pytest.raises(ValueError, match="no advantage estimator 'nope'; known: .*'gae'.*'grpo'"):
+        compute_advantages(spec, np.zeros(4), np.ones((4, 2), bool))
