@@ -2,7 +2,7 @@
 
     python benchmarks/overhead.py [--iterations 16] [--skip 2] [--repeats 4]
 
-The default config (configs/tiny.yaml, `iterations` set to --iterations). Its warm start is made
+The default config (spotrl/configs/tiny.yaml, `iterations` set to --iterations). Its warm start is made
 once, by the flow with `iterations=0` (curate, supervised warm start, checkpoint and weights 0,
 evaluation 0); every measured run
 starts from it in a run directory of its own (`seed_from_warm_start`, what `spotrl train

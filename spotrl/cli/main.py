@@ -41,7 +41,7 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument(
         "--warm-start-from",
         metavar="RUN_DIR",
-        help="start a new run from another run's warm start (same seed/model/task/warmstart settings); "
+        help="start a new run from another run's warm start (same seed/model/problem/warmstart settings); "
         "compare algorithms from one starting policy",
     )
     train.add_argument(

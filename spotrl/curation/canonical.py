@@ -143,10 +143,10 @@ def _unusable_for_problem(record: dict, require: str | None, alphabet: str | Non
     """(field, problem) of a row the run's problem cannot train on: no reference for its verifier, or text its
     tokenizer cannot encode."""
     if require and not (isinstance(record[require], str) and record[require].strip()):
-        yield require, "missing (the task's verifier needs it)"
+        yield require, "missing (the problem's verifier needs it)"
     if alphabet:
         for field in ("prompt", "answer") if require == "answer" else ("prompt",):
             value = record[field]
             if isinstance(value, str) and (outside := sorted(set(value) - set(alphabet))):
                 shown = ", ".join(repr(c) for c in outside[:5]) + (", ..." if len(outside) > 5 else "")
-                yield field, f"characters not in the task's tokenizer alphabet ({shown})"
+                yield field, f"characters not in the problem's tokenizer alphabet ({shown})"

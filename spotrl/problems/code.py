@@ -20,6 +20,7 @@ import pandas as pd
 
 from spotrl.model.tokenizers import TEXT_ALPHABET, BucketedCharTokenizer
 from spotrl.problems.spec import Problem, register
+from spotrl.rng import derive_numpy_rng
 
 SOURCE = "builtin/code"
 TESTS_PER_PROBLEM = 5
@@ -204,8 +205,6 @@ def completion_text(reference: str) -> str:
 
 def make_splits(seed: int, train_size: int, eval_size: int, max_rounds: int = 50) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Train and held-out problems as canonical frames (id, prompt, answer=None, tests, source, metadata)."""
-    from spotrl.rng import derive_numpy_rng  # imports JAX: here, not when the config validates
-
     rng = derive_numpy_rng(seed, "code-task")
     seen: set[str] = set()
 

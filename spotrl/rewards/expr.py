@@ -1,6 +1,6 @@
 """A small, safe evaluator for answer expressions: no eval, bounded work, exact where it can be.
 
-Grammar (after `math_answer.normalise` has turned LaTeX into this):
+Grammar (after `spotrl.rewards.math.normalise` has turned LaTeX into this):
 
     expr  := term (('+' | '-') term)*
     term  := unary (('*' | '/') unary | unary)*        # juxtaposition multiplies: 2pi, 3(x+1), 2sqrt(2)

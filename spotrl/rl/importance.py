@@ -26,5 +26,5 @@ def importance_statistics(prox_logprobs, behaviour_logprobs, mask, cap: float) -
 
 
 def truncated_weights(prox_logprobs, behaviour_logprobs, mask, cap: float) -> np.ndarray:
-    """min(exp(prox - behaviour), cap) per token, float32; 1 on the tokens outside `mask`."""
+    """min(exp(prox - behaviour), cap) per token, float32; min(1, cap) on the tokens outside `mask`."""
     return np.minimum(np.exp(np.where(mask, prox_logprobs - behaviour_logprobs, 0.0)), cap).astype(np.float32)

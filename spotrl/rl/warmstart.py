@@ -81,7 +81,7 @@ def pretrained_start(
 
     The supervised warm start exists because a randomly initialised model never earns a reward, so
     RL would have no signal; a pretrained checkpoint is already the policy to improve, and fitting
-    it to the task's reference answers first would be a different experiment (SFT, then RL). Its
+    it to the problem's reference answers first would be a different experiment (SFT, then RL). Its
     greedy accuracy on the same check prompts is still measured and reported.
     """
     check_prompts, check_answers = _check_set(derive_numpy_rng(seed, "warmstart"), prompts, answers, cfg.check_prompts)

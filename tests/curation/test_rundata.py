@@ -18,7 +18,7 @@ LINES = [
     {"q": "0100+0200=", "a": "300"},
     {"q": "0012+0345=", "a": "357"},  # exact duplicate of line 0
     {"q": "0007+0008=", "t": "assert 1 == 1"},  # tests but no answer: the arithmetic verifier needs one
-    {"q": "12 plus 30=", "a": "42"},  # letters and spaces: not in the task's alphabet
+    {"q": "12 plus 30=", "a": "42"},  # letters and spaces: not in the problem's alphabet
     None,  # not JSON
     {"q": "0001+0001=", "a": "2"},
     {"q": "0040+0002=", "a": "42"},
@@ -71,8 +71,8 @@ def test_sources_become_the_run_data_with_bad_rows_quarantined(tmp_path, tiny_co
     quarantine = read_frame(run / "quarantine.parquet")
     assert quarantine["row"].tolist() == [4, 5, 6] and set(quarantine["source"]) == {"a"}
     reasons = quarantine["reason"].tolist()
-    assert reasons[0] == "row 4: field 'answer': missing (the task's verifier needs it)"
-    assert reasons[1].startswith("row 5: field 'prompt': characters not in the task's tokenizer alphabet (' ', 'l'")
+    assert reasons[0] == "row 4: field 'answer': missing (the problem's verifier needs it)"
+    assert reasons[1].startswith("row 5: field 'prompt': characters not in the problem's tokenizer alphabet (' ', 'l'")
     assert reasons[2].startswith("row 6: line is not valid JSON")
     assert json.loads(quarantine["record"][0]) == LINES[4]  # nothing of a bad row is lost
 

@@ -1,4 +1,4 @@
-"""Result storage for the stage tasks: a saved block per run directory (storage/results.py)."""
+"""Result storage for the stage tasks: a saved block per run directory (flows/results.py)."""
 
 import pytest
 from prefect import flow, task
