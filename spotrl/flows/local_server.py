@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import datetime
 import os
 import signal
 import socket
@@ -123,6 +124,7 @@ def local_api_server(timeout: float = 120.0):
         "--",
         *_server_command(port),
     ]
+    started = datetime.datetime.now(datetime.UTC)
     process = subprocess.Popen(command, env=env)
     try:
         _wait_healthy(process, url, timeout)
@@ -131,6 +133,7 @@ def local_api_server(timeout: float = 120.0):
                 yield process
             finally:
                 _drain_prefect_workers()
+                _wait_recorded(url, started)
     finally:
         stop(process)
 
@@ -145,6 +148,45 @@ def _drain_prefect_workers() -> None:
             worker.drain_all(timeout=5)
         except Exception:  # noqa: BLE001 - best effort: a worker that never started has nothing to send
             pass
+
+
+# task-run states that are not final: a task run left in one after its flow ended was not recorded
+_OPEN_STATES = ("SCHEDULED", "PENDING", "RUNNING", "PAUSED", "CANCELLING")
+
+
+def _wait_recorded(url: str, since: datetime.datetime, settle: float = 2.5, timeout: float = 30.0) -> None:
+    """Let the server record the task-run events it holds before it is stopped.
+
+    The task-run recorder writes events in batches (every second, or 100 events); a server stopped
+    with a batch pending cancels the write (a traceback on the terminal) and leaves those task runs
+    non-final in its database. The events have reached the server (the client drained its queues):
+    wait until the task runs of this server's lifetime stop changing for `settle` seconds (a few
+    flush intervals), at most `timeout`. Task runs still not final then get one line, not a trace.
+    """
+    import httpx
+
+    window = {"expected_start_time": {"after_": since.isoformat()}}
+    queries = ({"task_runs": window}, {"task_runs": {**window, "state": {"type": {"any_": list(_OPEN_STATES)}}}})
+    deadline, last, stable_since = time.monotonic() + timeout, None, time.monotonic()
+    try:
+        with httpx.Client(base_url=url, timeout=5) as client:
+            while True:
+                counts = tuple(client.post("/task_runs/count", json=q).raise_for_status().json() for q in queries)
+                now = time.monotonic()
+                if counts != last:
+                    last, stable_since = counts, now
+                elif now - stable_since >= settle or now >= deadline:
+                    break
+                time.sleep(0.25)
+    except httpx.HTTPError as err:
+        print(f"spotrl: warning: could not check what the local Prefect server recorded ({err})", file=sys.stderr)
+        return
+    if last[1]:
+        print(
+            f"spotrl: warning: {last[1]} of {last[0]} task runs were not in a final state when the local Prefect "
+            "server stopped (their states in its database are stale)",
+            file=sys.stderr,
+        )
 
 
 def stop(process: subprocess.Popen | None) -> None:

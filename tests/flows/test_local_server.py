@@ -1,0 +1,73 @@
+"""The private Prefect server `spotrl train` starts: stopping it loses no task-run state.
+
+The server's task-run recorder writes events in batches; stopped with a batch pending, it cancelled
+the write (a traceback on the terminal) and left task runs Running in its database forever. Each
+case runs in a process of its own with a fresh PREFECT_HOME and no PREFECT_API_URL, as a user's
+`spotrl train` does, then reads the server's SQLite database directly.
+"""
+
+import os
+import sqlite3
+import subprocess
+import sys
+
+from conftest import TINY_OVERRIDES
+
+from spotrl.chaos import train_command
+
+# Many quick task runs that end right before the flow does: the last batch of events is the
+# largest a recorder can hold when the server is stopped (before the fix, over half were lost).
+MANY_TASKS = """
+import sys
+from prefect import flow, task
+from spotrl.flows.local_server import local_api_server
+
+@task
+def tiny(i: int) -> int:
+    return i
+
+@flow
+def many(n: int) -> int:
+    return sum(tiny.map(range(n)).result())
+
+with local_api_server():
+    assert many(int(sys.argv[1])) == sum(range(int(sys.argv[1])))
+"""
+
+
+def _private_env(home) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    env.update(PREFECT_HOME=str(home), PREFECT_RESULTS_LOCAL_STORAGE_PATH=str(home / "results"))
+    return env
+
+
+def _task_run_states(home) -> dict[str, int]:
+    with sqlite3.connect(home / "prefect.db") as db:
+        return dict(db.execute("select state_type, count(*) from task_run group by state_type").fetchall())
+
+
+def test_every_task_run_is_recorded_before_the_server_stops(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-c", MANY_TASKS, "1000"],
+        env=_private_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    assert _task_run_states(tmp_path) == {"COMPLETED": 1000}
+    assert "Traceback" not in out.stderr and "not in a final state" not in out.stderr, out.stderr
+
+
+def test_a_successful_train_prints_no_error_and_records_every_task_run(tmp_path):
+    home, run_dir = tmp_path / "home", tmp_path / "run"
+    home.mkdir()
+    out = subprocess.run(
+        train_command(run_dir, TINY_OVERRIDES), env=_private_env(home), capture_output=True, text=True, timeout=600
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    output = out.stdout + out.stderr
+    assert "Traceback" not in output and "ERROR" not in output, output
+    # iteration 0: curate, warm-start, checkpoint, publish, evaluate; each of the 2 iterations: 2 rollout
+    # shards, 2 rewards, update, checkpoint, publish; the final evaluation
+    assert _task_run_states(home) == {"COMPLETED": 5 + 2 * 7 + 1}
