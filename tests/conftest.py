@@ -243,3 +243,13 @@ def make_bucket(fs, name: str) -> str:
     if not fs.exists(name):
         fs.mkdir(name)
     return f"gs://{name}"
+
+
+def full_device_error() -> OSError:
+    """A real ENOSPC, from the kernel: a write to /dev/full."""
+    try:
+        with open("/dev/full", "wb") as full:  # every write fails with ENOSPC
+            full.write(b"x")
+    except OSError as err:
+        return err
+    raise AssertionError("/dev/full accepted a write")

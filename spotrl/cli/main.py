@@ -37,7 +37,9 @@ def _parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="override a config key, e.g. --set iterations=10 --set eval.k=4",
     )
-    train.add_argument("--verbose", action="store_true", help="show Prefect's own task logs")
+    train.add_argument(
+        "--verbose", action="store_true", help="show Prefect's own logs, and the traceback of an environment failure"
+    )
     train.add_argument(
         "--warm-start-from",
         metavar="RUN_DIR",
@@ -150,6 +152,17 @@ def main(argv: list[str] | None = None) -> int:
             "verify": _verify,
         }[args.command](args)
     except Exception as err:  # noqa: BLE001 - the CLI turns known errors into one clear line
+        from spotrl.storage.failures import EXIT_ENVIRONMENT, environment_failure
+
+        failure = environment_failure(err, getattr(args, "run_dir", None))
+        if failure is not None:
+            if getattr(args, "verbose", False):
+                import traceback
+
+                traceback.print_exception(err)
+            print(f"spotrl: error: {failure.line()}", file=sys.stderr)
+            return EXIT_ENVIRONMENT
+
         from spotrl.config import ConfigError
         from spotrl.flows.rundir import RunDirError
         from spotrl.model.hf.config import CheckpointError as ModelCheckpointError
@@ -177,6 +190,11 @@ def _train(args) -> int:
     from spotrl.flows.local_server import local_api_server
     from spotrl.flows.preemption import EXIT_PREEMPTED, Preempted
     from spotrl.flows.train import train
+
+    if not args.verbose:
+        from spotrl.cli.console import quiet
+
+        quiet()
 
     if args.warm_start_from and not (as_path(args.run_dir) / "checkpoints").exists():
         from spotrl.flows.resume import seed_from_warm_start

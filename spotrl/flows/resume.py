@@ -58,7 +58,7 @@ def _remove_leftovers(run_dir: AnyPath, checkpoints: CheckpointStore, weights: W
         if not path.exists():
             continue  # it was inside a leftover directory removed just before
         remove(path)
-        notes.append(f"removed {path.relative_to(run_dir)} (a write killed before it committed)")
+        notes.append(f"removed {path.relative_to(run_dir)} (a write that stopped before it committed)")
 
 
 def find_resume_point(

@@ -28,6 +28,7 @@ from spotrl.rl.shaping import reward_summary, shaped_rewards
 from spotrl.rl.trainer import checkpoint_metadata, initial_metadata, starting_params, update_on_batch
 from spotrl.rng import derive_key, rollout_key
 from spotrl.rollout.completions import completions_frame, sample_completions
+from spotrl.storage.failures import is_environment_failure
 from spotrl.storage.lease import worker_id
 from spotrl.storage.rollouts import read_shard, write_shard
 from spotrl.tasks.context import get_context
@@ -39,14 +40,12 @@ def retry_transient(task, task_run, state) -> bool:
     """Retry I/O hiccups (network, storage); never a bug or bad data, which would fail the same way."""
     try:
         state.result()
-    except SandboxUnavailable:  # no isolation possible on this host: retrying cannot help
-        return False
-    except (TimeoutError, ConnectionError, SandboxError):  # a sandbox that failed to run is infrastructure
-        return True
-    except OSError as err:
-        return not isinstance(err, _PERMANENT_OS_ERRORS)
-    except Exception:
-        return False
+    except Exception as err:  # noqa: BLE001 - the state's exception, classified below
+        if isinstance(err, SandboxUnavailable) or is_environment_failure(err):
+            return False  # no isolation on this host, a full disk, a read-only directory: seconds change nothing
+        if isinstance(err, (TimeoutError, ConnectionError, SandboxError)):  # a sandbox that failed to run too
+            return True
+        return isinstance(err, OSError) and not isinstance(err, _PERMANENT_OS_ERRORS)
     return False
 
 

@@ -5,16 +5,19 @@ the CLI's private server to check that nothing is left behind).
 """
 
 import os
+import shlex
 import signal
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 from conftest import TINY_OVERRIDES
 
-from spotrl.chaos import Kill, read_jsonl, run_attempt, standard_kills, strip_timing
+from spotrl.chaos import Kill, read_jsonl, run_attempt, standard_kills, strip_timing, train_command
 from spotrl.flows.preemption import EXIT_PREEMPTED
 from spotrl.storage.checkpoints import CheckpointStore
+from spotrl.storage.failures import EXIT_ENVIRONMENT
 from spotrl.storage.weights import WeightStore
 
 ITERATIONS = 8
@@ -146,3 +149,62 @@ def test_sigkill_leaves_no_process_behind(private_server_env, tmp_path):
     assert attempt.was_killed
     assert children, "the CLI should have started its private Prefect server"
     assert all(_gone(pid, within=10) for pid in children)
+
+
+def _private_mounts() -> list[str] | None:
+    """A command prefix that runs its command in a private mount namespace (so a test may mount a tmpfs)."""
+    for prefix in (["unshare", "-m"], ["unshare", "-rm"]):
+        try:
+            probe = subprocess.run([*prefix, "sh", "-c", "mount -t tmpfs tmpfs /mnt"], capture_output=True)
+        except FileNotFoundError:
+            return None
+        if probe.returncode == 0:
+            return prefix
+    return None
+
+
+@pytest.mark.skipif(_private_mounts() is None, reason="needs unshare and mount to make a small filesystem")
+def test_a_full_disk_then_a_read_only_one_end_with_one_line_and_the_rerun_ends_bit_for_bit(
+    baseline, private_server_env, tmp_path
+):
+    """The run directory on a tmpfs too small for the run: one line, exit 74, nothing committed damaged;
+    then the same directory read-only: the same; then room again: the rerun ends where the baseline ends."""
+    used_kib = int(subprocess.run(["du", "-sk", str(baseline)], capture_output=True, text=True).stdout.split()[0])
+    run, out = tmp_path / "run", tmp_path / "out"
+    run.mkdir()
+    out.mkdir()
+    train = shlex.join(train_command(run, OVERRIDES))
+    script = f"""
+        mount -t tmpfs -o size={used_kib * 6 // 10}k tmpfs {run}
+        {train} > {out}/full.log 2>&1; echo $? > {out}/full.rc
+        cp -a {run} {out}/after-full
+        mount -o remount,ro {run}
+        {train} > {out}/read-only.log 2>&1; echo $? > {out}/read-only.rc
+        mount -o remount,rw,size=256m {run}
+        {train} > {out}/roomy.log 2>&1; echo $? > {out}/roomy.rc
+        cp -a {run} {out}/final
+    """
+    subprocess.run([*_private_mounts(), "bash", "-c", script], env=private_server_env, check=True, timeout=900)
+
+    def ended(name: str, code: int, what: str) -> str:
+        log = (out / f"{name}.log").read_text()
+        assert int((out / f"{name}.rc").read_text()) == code, log
+        assert log.splitlines()[-1].startswith(f"spotrl: error: {what}: "), log
+        assert log.count("spotrl: error") == 1 and not {"Traceback", "ERROR", "Event loop"} & set(log.split()), log
+        return log
+
+    full = ended("full", EXIT_ENVIRONMENT, "no space left on device")
+    assert f"Free space under {run}" in full and "then run the same command again" in full
+    ended("read-only", EXIT_ENVIRONMENT, "read-only file system")
+
+    # what had committed when the disk filled is whole: sealed checkpoints and the published weights verify
+    checkpoints = CheckpointStore(out / "after-full" / "checkpoints")
+    for iteration in checkpoints.sealed_iterations():
+        checkpoints.verify(iteration)
+    weights = WeightStore(out / "after-full" / "weights")
+    assert weights.latest() is not None and weights.verified_digest()
+
+    roomy = (out / "roomy.log").read_text()
+    assert int((out / "roomy.rc").read_text()) == 0, roomy
+    assert "resuming after iteration" in roomy
+    _same_run(out / "final", baseline)
