@@ -4,6 +4,7 @@ Set before anything imports prefect, since Prefect reads its settings at import 
 """
 
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -20,8 +21,9 @@ os.environ["PREFECT_LOGGING_LEVEL"] = "WARNING"
 os.environ.pop("PREFECT_API_URL", None)
 
 import pytest  # noqa: E402
+import yaml  # noqa: E402
 
-from spotrl.configs import build_config  # noqa: E402
+from spotrl.configs import build_config, preset_path  # noqa: E402
 
 # A run small enough to learn arithmetic in a few iterations: the algorithm presets and the Ray
 # fan-out train on it.
@@ -44,23 +46,16 @@ LEARNING_OVERRIDES = [
     "optimizer.learning_rate=1e-3",
 ]
 
-TINY_OVERRIDES = [
-    "iterations=2",
-    "model.hidden_size=32",
-    "model.intermediate_size=64",
-    "model.num_layers=2",
-    "problem.train_size=2000",
-    "problem.eval_size=40",
-    "warmstart.max_steps=20",
-    "warmstart.check_prompts=32",
-    "rollout.prompts_per_iteration=8",
-    "rollout.group_size=4",
-    "rollout.shards=2",
-    "algorithm.minibatches=2",
-    "eval.n=4",
-    "eval.k=2",
-    "eval.prompts=16",
-]
+def _dotted(node: dict, prefix: str = "") -> list[str]:
+    """A nested mapping as `--set` overrides: {"model": {"num_layers": 2}} -> ["model.num_layers=2"]."""
+    out = []
+    for key, value in node.items():
+        out += _dotted(value, f"{prefix}{key}.") if isinstance(value, dict) else [f"{prefix}{key}={value}"]
+    return out
+
+
+# the shipped `smoke` preset as overrides: two RL iterations of a 2-layer model, the whole flow in seconds
+TINY_OVERRIDES = _dotted(yaml.safe_load(preset_path("smoke").read_text()))
 
 
 @pytest.fixture(scope="session")
@@ -97,62 +92,95 @@ def _retry_unavailable_transport():
     return RetryUnavailable()
 
 
-class PrefectServer:
-    """A real local Prefect server (SQLite) with the `spotrl` process pool, the deployments of
-    deployments/prefect.yaml (and their triggers) applied, and one process worker that polls every
-    second and runs up to two flow runs at once. Talk to it with `api` (an httpx client on its REST
-    API) or `cli` (the prefect CLI); `log("worker")` is the worker's output."""
+DEPLOYMENT_FILE = Path(__file__).resolve().parents[1] / "deployments" / "prefect.yaml"
 
-    def __init__(self, root: Path, base: Path):
+
+def documented_commands() -> list[list[str]]:
+    """The `$` lines of deployments/prefect.yaml's header, in order, as argument lists (comments dropped)."""
+    commands = []
+    for line in DEPLOYMENT_FILE.read_text().splitlines():
+        if not line.startswith("#"):
+            break
+        if line.startswith("#   $ "):
+            commands.append(shlex.split(line[len("#   $ ") :], comments=True))
+    return commands
+
+
+class PrefectServer:
+    """A real local Prefect server (SQLite) set up by the `$` lines of deployments/prefect.yaml's
+    header, as a user types them: the server, `prefect config set PREFECT_API_URL`, the `spotrl`
+    process pool, the deployments (and their triggers), and a process worker. What the test adds: a
+    free port instead of 4200, `--limit 2` for the worker, a 1 s polling interval, and a project
+    directory of its own (links to spotrl/ and deployments/), so relative run directories stay out of
+    the checkout. The documented `prefect deployment run` lines are left to the test (`documented_runs`).
+    Talk to it with `api` (an httpx client on its REST API) or `cli` (the prefect CLI); `log("worker")`
+    is the worker's output."""
+
+    def __init__(self, repo: Path, base: Path):
         import httpx
 
-        self.root, self.logs = root, base / "logs"
+        self.logs = base / "logs"
         self.logs.mkdir(parents=True)
+        self.root = base / "project"
+        self.root.mkdir()
+        for name in ("spotrl", "deployments"):
+            (self.root / name).symlink_to(repo / name)
         home = base / "prefect-home"
-        port = _free_port()
-        self.url = f"http://127.0.0.1:{port}/api"
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}/api"
         self.env = dict(
             os.environ,
             PREFECT_HOME=str(home),
-            PREFECT_API_URL=self.url,
             PREFECT_API_DATABASE_CONNECTION_URL=f"sqlite+aiosqlite:///{home}/prefect.db",
             PREFECT_WORKER_QUERY_SECONDS="1",
             PREFECT_WORKER_PREFETCH_SECONDS="1",
         )
-        self.env.pop("PREFECT_RESULTS_LOCAL_STORAGE_PATH", None)
+        for setting in ("PREFECT_API_URL", "PREFECT_RESULTS_LOCAL_STORAGE_PATH"):  # the profile's, as set below
+            self.env.pop(setting, None)
         self.prefect = str(Path(sys.executable).parent / "prefect")
         self.api = httpx.Client(base_url=self.url, timeout=30, transport=_retry_unavailable_transport())
         self._procs: list[subprocess.Popen] = []
-        self._spawn("server", base, "server", "start", "--host", "127.0.0.1", "--port", str(port))
+        self.documented_runs: list[list[str]] = []
 
-    def _spawn(self, name: str, cwd: Path, *args: str) -> None:
+    def _spawn(self, name: str, args: list[str]) -> None:
         self._procs.append(
             subprocess.Popen(
                 [self.prefect, *args],
                 env=self.env,
-                cwd=cwd,
+                cwd=self.root,
                 stdout=open(self.logs / f"{name}.log", "w"),
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
         )
 
-    def start(self) -> "PrefectServer":
+    def _wait_healthy(self) -> None:
         import httpx
 
         deadline = time.monotonic() + 120
         while True:
             try:
                 if self.api.get("/health").status_code == 200:
-                    break
+                    return
             except httpx.TransportError:
                 pass
             if time.monotonic() > deadline:
                 raise TimeoutError(f"Prefect server at {self.url} not healthy after 120 s:\n{self.log('server')}")
             time.sleep(0.3)
-        self.cli("work-pool", "create", "spotrl", "--type", "process")
-        self.cli("--no-prompt", "deploy", "--all", "--prefect-file", "deployments/prefect.yaml")
-        self._spawn("worker", self.root, "worker", "start", "--pool", "spotrl", "--limit", "2")
+
+    def start(self) -> "PrefectServer":
+        for command in documented_commands():
+            assert command[0] == "prefect", command
+            args = [arg.replace("127.0.0.1:4200", f"127.0.0.1:{self.port}") for arg in command[1:]]
+            if args[:2] == ["server", "start"]:
+                self._spawn("server", [*args, "--host", "127.0.0.1", "--port", str(self.port)])
+                self._wait_healthy()
+            elif args[:2] == ["worker", "start"]:
+                self._spawn("worker", [*args, "--limit", "2"])
+            elif args[:2] == ["deployment", "run"]:
+                self.documented_runs.append(args)
+            else:
+                self.cli(*args)
         return self
 
     def cli(self, *args: str, timeout: float = 180, check: bool = True) -> subprocess.CompletedProcess:
@@ -187,7 +215,7 @@ def _free_port() -> int:
 @pytest.fixture(scope="session")
 def prefect_server(tmp_path_factory):
     """One server + worker for the deployment and automation tests (a server start costs ~10 s)."""
-    server = PrefectServer(Path(__file__).resolve().parents[1], tmp_path_factory.mktemp("prefect-server"))
+    server = PrefectServer(DEPLOYMENT_FILE.parents[1], tmp_path_factory.mktemp("prefect-server"))
     try:
         yield server.start()
     finally:

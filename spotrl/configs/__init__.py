@@ -86,17 +86,40 @@ def resolve(config: RunConfig) -> RunConfig:
     return build_config(data)
 
 
+def _read_preset(name_or_path: str | Path) -> tuple[dict, Path]:
+    path = preset_path(name_or_path)
+    if not path.is_file():
+        raise ConfigError(f"config file {path} does not exist")
+    data = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a mapping, not {type(data).__name__}")
+    return data, path
+
+
 def load_config(name_or_path: str | Path | None = None, overrides: list[str] = ()) -> RunConfig:
     """A preset by name or path (None: the defaults, which are tiny.yaml's) with overrides applied."""
-    data, path = {}, None
-    if name_or_path is not None:
-        path = preset_path(name_or_path)
-        if not path.is_file():
-            raise ConfigError(f"config file {path} does not exist")
-        data = yaml.safe_load(path.read_text()) or {}
-        if not isinstance(data, dict):
-            raise ConfigError(f"config file {path} must hold a mapping, not {type(data).__name__}")
+    data, path = _read_preset(name_or_path) if name_or_path is not None else ({}, None)
     try:
         return build_config(data, overrides)
     except ConfigError as err:
         raise ConfigError(f"{path or 'defaults'}: {err}") from None
+
+
+def _merged(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = _merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def with_preset(preset: str | None, config: RunConfig) -> RunConfig:
+    """The keys set in `config` over a preset, as `--config PRESET --set KEY=VALUE` (a deployment's
+    `preset` parameter). Only the keys the caller gave count (pydantic's fields_set): a default of
+    RunConfig never hides the preset's value. Without a preset, `config` as it is."""
+    if preset is None:
+        return config
+    data, path = _read_preset(preset)
+    try:
+        return build_config(_merged(data, config.model_dump(mode="json", exclude_unset=True)))
+    except ConfigError as err:
+        raise ConfigError(f"{path} with the given config: {err}") from None

@@ -17,9 +17,11 @@ from prefect import flow, unmapped
 from prefect.utilities.annotations import quote
 
 from spotrl.config import RunConfig
-from spotrl.configs import resolve
+from spotrl.configs import resolve, with_preset
 from spotrl.curation.curriculum import estimate_iteration
 from spotrl.flows import rundir
+from spotrl.flows.artifacts import link_flow_run, publish_config
+from spotrl.flows.crashes import FLOW_NAME, FLOW_RUN_NAME, close_abandoned
 from spotrl.flows.preemption import PreemptionGuard
 from spotrl.flows.results import result_storage
 from spotrl.flows.resume import eval_due, find_resume_point
@@ -27,6 +29,7 @@ from spotrl.model.compiles import compile_count
 from spotrl.storage.paths import AnyPath, as_path
 from spotrl.tasks import stages
 from spotrl.tasks.context import get_context
+from spotrl.tasks.runlog import say
 
 
 def _configured(run_dir: AnyPath, refresh: bool = False):
@@ -54,14 +57,11 @@ class AttemptsExhausted(RuntimeError):
     pass
 
 
-def _log(message: str) -> None:
-    print(message, flush=True)
-
-
-@flow(name="train", log_prints=False, validate_parameters=True)
+@flow(name=FLOW_NAME, flow_run_name=FLOW_RUN_NAME, log_prints=False, validate_parameters=True)
 def train(
     config: RunConfig = RunConfig(),
     run_dir: str = "runs/tiny",
+    preset: str | None = None,
     attempt: int = 1,
     max_attempts: int = 5,
     preemption_grace_seconds: float = 25.0,
@@ -73,6 +73,8 @@ def train(
     `attempt` counts submissions of this run (the crashed-run automation in deployments/ passes the
     crashed run's attempt + 1); a run past `max_attempts` is refused so a run that crashes every time
     is not resubmitted forever. None of these three is a task input, so no cache key depends on them.
+    `preset` (a shipped preset's name or a YAML path) is the base that the keys given in `config`
+    override, as `spotrl train --config PRESET --set KEY=VALUE` does.
     """
     if attempt > max_attempts:
         raise AttemptsExhausted(
@@ -80,15 +82,35 @@ def train(
             "not resubmitting: look at why the previous attempts crashed"
         )
     started = time.perf_counter()
-    config = resolve(config)  # a deployment's config did not go through the loader: complete it from model.path
+    # a deployment's config did not go through the loader: the preset under it, completed from model.path
+    config = resolve(with_preset(preset, config))
     run_path = rundir.prepare(run_dir, config)
     with (
         rundir.exclusive(run_path),
         PreemptionGuard(preemption_grace_seconds) as guard,
         rollout_task_runner(config) as runner,
     ):
-        result = _run(config, run_path, guard, runner)
+        result = _run(config, run_path, guard, runner, as_given=run_dir)
     return {**result, "seconds": time.perf_counter() - started}
+
+
+def _continue_after_crashes(run_dir: str) -> None:
+    """Close what crashed processes left open on this run directory, and say which run this one continues."""
+    from prefect.runtime import flow_run
+
+    try:
+        predecessor, closed = close_abandoned(run_dir, flow_run.id)
+    except Exception as err:  # noqa: BLE001 - bookkeeping in the UI: never a reason to stop training
+        say(f"warning: could not close the runs a crash left open on {run_dir}: {type(err).__name__}: {err}")
+        return
+    if predecessor is None:
+        return
+    say(
+        f"continuing flow run {predecessor.name!r} ({predecessor.id}), which ended {predecessor.state}"
+        + (f": {predecessor.message}" if predecessor.message else "")
+        + (f"; marked {closed} runs it left open as Crashed" if closed else "")
+    )
+    link_flow_run("continues", predecessor.id, f"continues {predecessor.name} ({predecessor.state})")
 
 
 @contextlib.contextmanager
@@ -105,27 +127,31 @@ def rollout_task_runner(config: RunConfig):
         yield runner
 
 
-def _run(config: RunConfig, run_path: AnyPath, guard: PreemptionGuard, runner=None) -> dict:
+def _run(config: RunConfig, run_path: AnyPath, guard: PreemptionGuard, runner=None, as_given: str = "") -> dict:
+    """The run's body; `as_given` is the run directory as the flow's parameter spelled it (earlier flow
+    runs on it are found by that spelling)."""
     root = str(run_path)
-    _log(f"run directory: {root}  (config {config.digest()})")
+    say(f"run directory: {root}  (config {config.digest()})")
     ctx = get_context(root, config)
-    _log(ctx.memory_summary())
+    say(ctx.memory_summary())
+    publish_config(config)
+    _continue_after_crashes(as_given or str(run_path))
     point = find_resume_point(run_path, config, ctx.checkpoints, ctx.weights)
     for note in point.notes:
-        _log(f"recovery: {note}")
+        say(f"recovery: {note}")
     tasks = _configured(run_path, refresh=point.refresh)
     config_input = _task_input(config)
 
     if point.iteration is None:
         data = tasks["curate"](config_input, root)
         initial = tasks["warm_start"](config_input, root, data)
-        _log(f"warm start: {initial['steps']} supervised steps, greedy accuracy {initial['greedy_accuracy']:.1%}")
+        say(f"warm start: {initial['steps']} supervised steps, greedy accuracy {initial['greedy_accuracy']:.1%}")
         previous = tasks["checkpoint"](config_input, root, initial)
         weights = tasks["publish"](config_input, root, previous)
         _evaluate(tasks, config, root, weights, 0)
         start = 1
     else:
-        _log(f"resuming after iteration {point.iteration} (sealed checkpoint {point.checkpoint['sha256'][:12]})")
+        say(f"resuming after iteration {point.iteration} (sealed checkpoint {point.checkpoint['sha256'][:12]})")
         previous = point.checkpoint
         weights = point.weights or _configured(run_path, refresh=True)["publish"](config_input, root, previous)
         start = point.iteration + 1
@@ -157,7 +183,7 @@ def _run(config: RunConfig, run_path: AnyPath, guard: PreemptionGuard, runner=No
             estimate = estimates[estimated_at] = tasks["difficulty"](
                 config_input, root, estimated_at, sampling_version(estimated_at)
             )
-            _log(
+            say(
                 f"difficulty before iteration {estimated_at}: {estimate['stream_rows']} prompts in the stream "
                 f"({estimate['never_solved']} never, {estimate['always_solved']} always solved of "
                 f"{estimate['estimated']} estimated)"
@@ -193,7 +219,7 @@ def _run(config: RunConfig, run_path: AnyPath, guard: PreemptionGuard, runner=No
             compile_count() - compiles_before,
         )
         rundir.write_record(run_path, "metrics", iteration, metrics)
-        _log(
+        say(
             f"iteration {iteration:>4}/{config.iterations}  reward {metrics['reward_mean']:.3f}  "
             f"loss {metrics['loss']:+.4f}  clip {metrics['clip_frac']:.3f}  "
             f"{metrics['tokens_per_s']:,.0f} tok/s  {metrics['seconds']:.2f}s"
@@ -262,7 +288,7 @@ def _collect(
 def _evaluate(tasks, config: RunConfig, root: str, weights: dict, iteration: int) -> dict:
     result = tasks["evaluate"](_task_input(config), root, weights, iteration)
     rundir.write_record(as_path(root), "eval", iteration, result)
-    _log(
+    say(
         f"eval after iteration {iteration} (weights v{weights['version']}): "
         f"pass@1 {result['pass_at_1']:.1%}  pass@{result['k']} {result['pass_at_k']:.1%}"
     )

@@ -88,7 +88,9 @@ def update_on_batch(
     return state, metrics
 
 
-def starting_params(config, policy, tokenizer, verifier: str, prompts, answers, targets) -> tuple[dict, dict]:
+def starting_params(
+    config, policy, tokenizer, verifier: str, prompts, answers, targets, log=print
+) -> tuple[dict, dict]:
     """(the iteration-0 parameters, warm-start info): a checkpoint (`model.path`) is the starting
     policy as is; otherwise the supervised warm start on (prompts, answers, targets), its greedy
     accuracy judged by `verifier` (a key of spotrl.rewards.verifiers.VERIFIERS)."""
@@ -103,6 +105,7 @@ def starting_params(config, policy, tokenizer, verifier: str, prompts, answers, 
         config.warmstart,
         seed=config.seed,
         max_new_tokens=config.rollout.max_new_tokens,
+        log=log,
     )
 
 

@@ -75,6 +75,7 @@ def pretrained_start(
     *,
     seed: int,
     max_new_tokens: int,
+    log=print,
 ):
     """The starting point of a run from a pretrained checkpoint: its own parameters, no supervised steps
     (`targets`, the reference completions, are not used: the signature is supervised_warm_start's).

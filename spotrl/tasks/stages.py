@@ -31,6 +31,7 @@ from spotrl.rollout.completions import completions_frame, sample_completions
 from spotrl.storage.failures import is_environment_failure
 from spotrl.storage.lease import worker_id
 from spotrl.storage.rollouts import read_shard, write_shard
+from spotrl.tasks import runlog
 from spotrl.tasks.context import get_context
 
 _PERMANENT_OS_ERRORS = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)
@@ -58,6 +59,12 @@ STAGE_OPTIONS = dict(
 )
 
 
+def _rollout_run_name(parameters: dict) -> str:
+    """rollout-i0007-s2: the UI tells the task runs apart by iteration and shard (-r1: a DAPO extra round)."""
+    extra = parameters.get("generation_round", 0)
+    return f"rollout-i{parameters['iteration']:04d}-s{parameters['shard']}" + (f"-r{extra}" if extra else "")
+
+
 # The config only names source files: their content goes into the key too, so an edited file re-curates.
 CURATE_CACHE_POLICY = INPUTS + TASK_SOURCE + CacheKeyFnPolicy(cache_key_fn=rundata.cache_key)
 
@@ -74,7 +81,7 @@ def warm_start(config: RunConfig, run_dir: str, data: dict) -> dict:
     prompts, answers, targets = ctx.problem_spec.warm_start_examples(ctx.split("train"))
     started = time.perf_counter()
     params, info = starting_params(
-        config, ctx.policy, ctx.tokenizer, ctx.problem_spec.verifier, prompts, answers, targets
+        config, ctx.policy, ctx.tokenizer, ctx.problem_spec.verifier, prompts, answers, targets, log=runlog.say
     )
     state = ctx.initial_train_state(params)
     path = ctx.checkpoints.save(0, state, initial_metadata(config, data["sha256"], info))
@@ -82,7 +89,7 @@ def warm_start(config: RunConfig, run_dir: str, data: dict) -> dict:
     return {"uri": str(path), "iteration": 0, "warmstart_seconds": time.perf_counter() - started, **info}
 
 
-@task(name="difficulty", **STAGE_OPTIONS)
+@task(name="difficulty", task_run_name="difficulty-i{iteration:04d}", **STAGE_OPTIONS)
 def difficulty(config: RunConfig, run_dir: str, iteration: int, weights_version: int) -> dict:
     """Pass rates of the training prompts under weights `weights_version`: they filter the prompt
     stream from `iteration` on (curation/curriculum.py). Keyed on the version, not on its bytes: a
@@ -111,7 +118,7 @@ def difficulty(config: RunConfig, run_dir: str, iteration: int, weights_version:
     )
 
 
-@task(name="rollout", **STAGE_OPTIONS)
+@task(name="rollout", task_run_name=_rollout_run_name, **STAGE_OPTIONS)
 def rollout(
     config: RunConfig,
     run_dir: str,
@@ -164,7 +171,7 @@ def rollout(
     }
 
 
-@task(name="reward", **STAGE_OPTIONS)
+@task(name="reward", task_run_name="reward-i{rollouts[iteration]:04d}-s{rollouts[shard]}", **STAGE_OPTIONS)
 def reward(config: RunConfig, run_dir: str, rollouts: dict) -> dict:
     ctx = get_context(run_dir, config)
     frame = read_shard(rollouts["uri"], rollouts["sha256"])
@@ -189,7 +196,7 @@ def reward(config: RunConfig, run_dir: str, rollouts: dict) -> dict:
     }
 
 
-@task(name="update", **STAGE_OPTIONS)
+@task(name="update", task_run_name="update-i{iteration:04d}", **STAGE_OPTIONS)
 def update(config: RunConfig, run_dir: str, iteration: int, previous: dict, scored: list[dict]) -> dict:
     """One policy update on the iteration's scored rollouts; saves the new train state (orbax)."""
     ctx = get_context(run_dir, config)
@@ -205,7 +212,7 @@ def update(config: RunConfig, run_dir: str, iteration: int, previous: dict, scor
         dynamic_sampling=config.algorithm.dynamic_sampling.enabled,
     )
     if batch.warning:
-        get_run_logger_or_print(batch.warning)
+        runlog.warn(batch.warning)
     state, metrics = update_on_batch(
         config,
         iteration,
@@ -237,16 +244,7 @@ def update(config: RunConfig, run_dir: str, iteration: int, previous: dict, scor
     }
 
 
-def get_run_logger_or_print(message: str) -> None:
-    try:
-        from prefect import get_run_logger
-
-        get_run_logger().warning(message)
-    except Exception:  # noqa: BLE001 - outside a Prefect run (a plain function call)
-        print(f"warning: {message}", flush=True)
-
-
-@task(name="checkpoint", **STAGE_OPTIONS)
+@task(name="checkpoint", task_run_name="checkpoint-i{updated[iteration]:04d}", **STAGE_OPTIONS)
 def checkpoint(config: RunConfig, run_dir: str, updated: dict) -> dict:
     """Seal the saved train state with checksums and apply retention."""
     ctx = get_context(run_dir, config)
@@ -255,7 +253,7 @@ def checkpoint(config: RunConfig, run_dir: str, updated: dict) -> dict:
     return ctx.checkpoints.ref(updated["iteration"])
 
 
-@task(name="publish", **STAGE_OPTIONS)
+@task(name="publish", task_run_name="publish-i{sealed[iteration]:04d}", **STAGE_OPTIONS)
 def publish(config: RunConfig, run_dir: str, sealed: dict) -> dict:
     """Publish the checkpoint's parameters as weight version == iteration; flips LATEST."""
     ctx = get_context(run_dir, config)
@@ -265,7 +263,7 @@ def publish(config: RunConfig, run_dir: str, sealed: dict) -> dict:
     return ctx.weights.ref(iteration)
 
 
-@task(name="evaluate", **STAGE_OPTIONS)
+@task(name="evaluate", task_run_name="evaluate-i{iteration:04d}", **STAGE_OPTIONS)
 def evaluate(config: RunConfig, run_dir: str, weights: dict, iteration: int) -> dict:
     ctx = get_context(run_dir, config)
     e = config.eval

@@ -70,6 +70,19 @@ def test_crashed_run_is_resubmitted_with_attempt_plus_one(prefect_server, tiny_c
     assert (run_dir / "weights" / "LATEST").read_text().strip() == "2"
     assert len(_chain(prefect_server, run_dir)) == 2
 
+    # the UI tells the truth: nothing of the crashed run is left Running, and the new run says what it continues
+    assert [r["name"] for r in (crashed, resubmitted)] == [f"{run_dir} attempt 1", f"{run_dir} attempt 2"]
+    left = (
+        prefect_server.api.post("/task_runs/filter", json={"flow_runs": {"id": {"any_": [crashed["id"]]}}})
+        .raise_for_status()
+        .json()
+    )
+    assert {t["state"]["type"] for t in left} <= {"COMPLETED", "CRASHED"}
+    assert [t["name"] for t in left if t["state"]["type"] == "CRASHED"] == ["publish-i0001"]  # where it was killed
+    logs = prefect_server.cli("flow-run", "logs", resubmitted["id"]).stdout
+    assert f"continuing flow run '{run_dir} attempt 1' ({crashed['id']}), which ended Crashed" in logs, logs[-3000:]
+    assert "resuming after iteration 0" in logs and "pass@1" in logs
+
 
 def test_the_chain_stops_at_max_attempts(prefect_server, tiny_config, tmp_path):
     # Attempt 1 crashes before the flow starts (its process exits 1 at once: the `command` job
