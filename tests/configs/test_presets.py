@@ -4,7 +4,8 @@ card states, and an estimated memory per device that fits one 95 GiB accelerator
 
 import pytest
 
-from spotrl.configs import PRESETS_DIR, load_config
+from spotrl.config import ConfigError, RunConfig
+from spotrl.configs import PRESETS_DIR, load_config, with_preset
 from spotrl.model.memory import count_params, estimate_memory, memory_estimate, memory_summary
 
 CONFIGS = PRESETS_DIR
@@ -21,7 +22,7 @@ PRESETS = {
 
 
 def test_every_preset_is_listed():
-    assert {p.stem for p in CONFIGS.glob("*.yaml")} - {"tiny"} == set(PRESETS)
+    assert {p.stem for p in CONFIGS.glob("*.yaml")} - {"tiny", "smoke"} == set(PRESETS)
 
 
 @pytest.mark.parametrize("name", PRESETS)
@@ -60,3 +61,16 @@ def test_sharding_rules_are_checked_at_start():
         build_config({"model": {"sharding_rules": [["down_proj", ["dp", None]]]}})
     with pytest.raises(ConfigError, match="is not a regular expression"):
         build_config({"model": {"sharding_rules": [["(", []]]}})
+
+
+def test_a_deployments_config_overrides_its_preset_only_where_it_sets_keys():
+    assert with_preset(None, RunConfig(iterations=3)) == RunConfig(iterations=3)
+    assert with_preset("smoke", RunConfig()) == load_config("smoke")  # no key set: the preset as it is
+    given = RunConfig.model_validate({"iterations": 3, "model": {"num_layers": 3}, "eval": {"k": 4}})
+    merged = with_preset("smoke", given)
+    assert merged == load_config("smoke", ["iterations=3", "model.num_layers=3", "eval.k=4"])
+    assert merged.model.hidden_size == 32 and merged.eval.n == 4  # the preset's, beside the keys given
+    with pytest.raises(ConfigError, match="no preset 'smok'"):
+        with_preset("smok", RunConfig())
+    with pytest.raises(ConfigError, match=r"smoke.yaml with the given config: invalid config:\n  eval.k"):
+        with_preset("smoke", RunConfig.model_validate({"eval": {"k": 8}}))  # k > the preset's n=4

@@ -87,6 +87,32 @@ def test_chaos_kills_then_resume_ends_bit_for_bit(baseline, server_env, tmp_path
     ]
     assert resumed == sorted(resumed) and len(resumed) >= len(attempts) - 1
     _same_run(run_dir, baseline)
+    _nothing_left_open(run_dir, runs=len(attempts) + 1)
+
+
+def _nothing_left_open(run_dir: Path, runs: int) -> None:
+    """Every flow run on `run_dir` and every task run of them is final: each resume closed what its
+    SIGKILLed predecessors left Running (flows/crashes.py)."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas import filters
+
+    with get_client(sync_client=True) as client:
+        flow_runs = [
+            r
+            for r in client.read_flow_runs(
+                flow_run_filter=filters.FlowRunFilter(name=filters.FlowRunFilterName(like_=str(run_dir))), limit=200
+            )
+            if r.parameters.get("run_dir") == str(run_dir)
+        ]
+        task_runs = client.read_task_runs(
+            flow_run_filter=filters.FlowRunFilter(id=filters.FlowRunFilterId(any_=[r.id for r in flow_runs])),
+            limit=200,
+        )
+    assert len(flow_runs) == runs
+    assert sorted(r.state.name for r in flow_runs) == ["Completed"] + ["Crashed"] * (runs - 1)
+    assert {t.state.type.value for t in task_runs} <= {"COMPLETED", "CRASHED"}, [
+        (t.name, t.state.name) for t in task_runs if not t.state.is_final()
+    ]
 
 
 def _children(pid: int) -> list[int]:
