@@ -46,6 +46,7 @@ LEARNING_OVERRIDES = [
     "optimizer.learning_rate=1e-3",
 ]
 
+
 def _dotted(node: dict, prefix: str = "") -> list[str]:
     """A nested mapping as `--set` overrides: {"model": {"num_layers": 2}} -> ["model.num_layers=2"]."""
     out = []

@@ -207,39 +207,10 @@ def _train(args) -> int:
     except Preempted as stop:
         print(f"spotrl: {stop}", file=sys.stderr)
         return EXIT_PREEMPTED
+    from spotrl.flows.artifacts import summary_table
+
     print(summary_table(result))
     return 0
-
-
-def summary_table(result: dict) -> str:
-    before, after = result["before"], result["after"]
-    k = before["k"]
-
-    def rel(a, b):
-        return f"{(b - a) / a:+.1%}" if a > 0 else "n/a"
-
-    rows = [
-        ("", "before RL", "after RL", "change"),
-        (
-            "held-out pass@1",
-            f"{before['pass_at_1']:.1%}",
-            f"{after['pass_at_1']:.1%}",
-            rel(before["pass_at_1"], after["pass_at_1"]),
-        ),
-        (
-            f"held-out pass@{k}",
-            f"{before['pass_at_k']:.1%}",
-            f"{after['pass_at_k']:.1%}",
-            rel(before["pass_at_k"], after["pass_at_k"]),
-        ),
-    ]
-    widths = [max(len(r[i]) for r in rows) for i in range(4)]
-    lines = [
-        "  ".join(cell.rjust(w) if i else cell.ljust(w) for i, (cell, w) in enumerate(zip(r, widths))) for r in rows
-    ]
-    lines.append(f"time taken: {result['seconds']:.1f} s")
-    lines.append(f"run directory: {result['run_dir']}")
-    return "\n".join(lines)
 
 
 def _eval(args) -> int:

@@ -36,12 +36,16 @@ def preset_path(name_or_path: str | Path) -> Path:
     raise ConfigError(f"no preset {name_or_path!r}; shipped: {', '.join(presets())} (or give a path to a .yaml file)")
 
 
-def _format(err: ValidationError) -> str:
+def _format(err: ValidationError, overrides: list[str] = ()) -> str:
+    """One line per error, naming the dotted key and, when a `--set` gave it (or a section above it), that override."""
+    given = {item.split("=", 1)[0].strip(): item for item in overrides}
     lines = []
     for e in err.errors():
         key = ".".join(str(p) for p in e["loc"]) or "<root>"
-        msg = "unknown key" if e["type"] == "extra_forbidden" else e["msg"]
-        lines.append(f"  {key}: {msg}")
+        msg = "unknown key" if e["type"] == "extra_forbidden" else e["msg"].removeprefix("Value error, ")
+        parts = key.split(".")
+        by = next((given[k] for k in (".".join(parts[:i]) for i in range(len(parts), 0, -1)) if k in given), None)
+        lines.append(f"  {key}: {msg}" + (f" (from --set {by})" if by else ""))
     return "invalid config:\n" + "\n".join(lines)
 
 
@@ -72,7 +76,7 @@ def build_config(data: dict | None = None, overrides: list[str] = ()) -> RunConf
     try:
         return RunConfig.model_validate(data)
     except ValidationError as err:
-        raise ConfigError(_format(err)) from None
+        raise ConfigError(_format(err, overrides)) from None
 
 
 def resolve(config: RunConfig) -> RunConfig:
@@ -102,7 +106,7 @@ def load_config(name_or_path: str | Path | None = None, overrides: list[str] = (
     try:
         return build_config(data, overrides)
     except ConfigError as err:
-        raise ConfigError(f"{path or 'defaults'}: {err}") from None
+        raise ConfigError(f"{path}: {err}" if path else str(err)) from None
 
 
 def _merged(base: dict, over: dict) -> dict:

@@ -1,5 +1,12 @@
 """What a run shows in the Prefect UI beside its task runs: Prefect artifacts with stable keys, so
-the UI keeps one per key and shows its history across runs."""
+the UI keeps one per key and shows its history across runs.
+
+    run-config         the resolved config and its digest (the parameters show only what was passed)
+    training-progress  iterations done of the run's total, updated every iteration
+    held-out-pass-at-k pass@1 and pass@k by iteration, one row per evaluation (eval.jsonl)
+    run-summary        at the end: the before/after table `spotrl train` prints, time, weights digest
+    continues          on a resumed run: the flow run it continues
+"""
 
 from __future__ import annotations
 
@@ -30,3 +37,80 @@ def link_flow_run(key: str, flow_run_id: str, text: str) -> None:
         create_link_artifact(key=key, link=f"{ui.rstrip('/')}/runs/flow-run/{flow_run_id}", link_text=text)
     else:
         create_markdown_artifact(key=key, markdown=f"{text}: flow run `{flow_run_id}`")
+
+
+def start_progress(done: int, total: int):
+    """The progress artifact of this flow run, at `done` of `total` iterations; returns its id."""
+    from prefect.artifacts import create_progress_artifact
+
+    return create_progress_artifact(
+        progress=100.0 * done / max(total, 1), key="training-progress", description=f"RL iterations of {total}"
+    )
+
+
+def update_progress(artifact_id, done: int, total: int) -> None:
+    from prefect.artifacts import update_progress_artifact
+
+    update_progress_artifact(artifact_id, progress=100.0 * done / max(total, 1))
+
+
+def publish_evaluations(records: list[dict]) -> None:
+    """The held-out pass@k table so far, a row per evaluation."""
+    from prefect.artifacts import create_table_artifact
+
+    rows = [
+        {
+            "iteration": r["iteration"],
+            "weights": f"v{r['weights_version']}",
+            "pass@1": f"{r['pass_at_1']:.1%}",
+            f"pass@{r['k']}": f"{r['pass_at_k']:.1%}",
+        }
+        for r in sorted({r["iteration"]: r for r in records}.values(), key=lambda r: r["iteration"])
+    ]
+    create_table_artifact(table=rows, key="held-out-pass-at-k", description="held-out pass@1 and pass@k by iteration")
+
+
+def summary_table(result: dict) -> str:
+    """The before/after table `spotrl train` ends with, from the train flow's result."""
+    before, after = result["before"], result["after"]
+    k = before["k"]
+
+    def rel(a, b):
+        return f"{(b - a) / a:+.1%}" if a > 0 else "n/a"
+
+    rows = [
+        ("", "before RL", "after RL", "change"),
+        (
+            "held-out pass@1",
+            f"{before['pass_at_1']:.1%}",
+            f"{after['pass_at_1']:.1%}",
+            rel(before["pass_at_1"], after["pass_at_1"]),
+        ),
+        (
+            f"held-out pass@{k}",
+            f"{before['pass_at_k']:.1%}",
+            f"{after['pass_at_k']:.1%}",
+            rel(before["pass_at_k"], after["pass_at_k"]),
+        ),
+    ]
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    lines = [
+        "  ".join(cell.rjust(w) if i else cell.ljust(w) for i, (cell, w) in enumerate(zip(r, widths))) for r in rows
+    ]
+    lines.append(f"time taken: {result['seconds']:.1f} s")
+    lines.append(f"run directory: {result['run_dir']}")
+    return "\n".join(lines)
+
+
+def publish_summary(result: dict, config: RunConfig) -> None:
+    """The end of the run, as the terminal shows it, for a deployment's user who has no terminal."""
+    from prefect.artifacts import create_markdown_artifact
+
+    create_markdown_artifact(
+        key="run-summary",
+        markdown=(
+            f"### {config.iterations} RL iterations, config `{config.digest()}`\n\n"
+            f"```\n{summary_table(result)}\nweights sha256: {result['weights_sha256']}\n```\n"
+        ),
+        description="held-out pass@k before and after RL",
+    )

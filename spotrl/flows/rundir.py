@@ -44,7 +44,10 @@ def prepare(run_dir: str | AnyPath, config: RunConfig) -> AnyPath:
                 "use another --run-dir, or the same config to resume"
             )
         return run_dir
-    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:  # a full disk or a read-only one is the environment's (the CLI tells them apart)
+        raise RunDirError(f"{run_dir}: cannot create the run directory: {err.strerror or err}") from err
     atomic_write_text(path, yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
     return run_dir
 

@@ -19,8 +19,7 @@ from prefect.utilities.annotations import quote
 from spotrl.config import RunConfig
 from spotrl.configs import resolve, with_preset
 from spotrl.curation.curriculum import estimate_iteration
-from spotrl.flows import rundir
-from spotrl.flows.artifacts import link_flow_run, publish_config
+from spotrl.flows import artifacts, rundir
 from spotrl.flows.crashes import FLOW_NAME, FLOW_RUN_NAME, close_abandoned
 from spotrl.flows.preemption import PreemptionGuard
 from spotrl.flows.results import result_storage
@@ -91,7 +90,9 @@ def train(
         rollout_task_runner(config) as runner,
     ):
         result = _run(config, run_path, guard, runner, as_given=run_dir)
-    return {**result, "seconds": time.perf_counter() - started}
+    result = {**result, "seconds": time.perf_counter() - started}
+    artifacts.publish_summary(result, config)
+    return result
 
 
 def _continue_after_crashes(run_dir: str) -> None:
@@ -110,7 +111,7 @@ def _continue_after_crashes(run_dir: str) -> None:
         + (f": {predecessor.message}" if predecessor.message else "")
         + (f"; marked {closed} runs it left open as Crashed" if closed else "")
     )
-    link_flow_run("continues", predecessor.id, f"continues {predecessor.name} ({predecessor.state})")
+    artifacts.link_flow_run("continues", predecessor.id, f"continues {predecessor.name} ({predecessor.state})")
 
 
 @contextlib.contextmanager
@@ -134,7 +135,7 @@ def _run(config: RunConfig, run_path: AnyPath, guard: PreemptionGuard, runner=No
     say(f"run directory: {root}  (config {config.digest()})")
     ctx = get_context(root, config)
     say(ctx.memory_summary())
-    publish_config(config)
+    artifacts.publish_config(config)
     _continue_after_crashes(as_given or str(run_path))
     point = find_resume_point(run_path, config, ctx.checkpoints, ctx.weights)
     for note in point.notes:
@@ -156,6 +157,7 @@ def _run(config: RunConfig, run_path: AnyPath, guard: PreemptionGuard, runner=No
         weights = point.weights or _configured(run_path, refresh=True)["publish"](config_input, root, previous)
         start = point.iteration + 1
     guard.check("after the warm start")
+    progress = artifacts.start_progress(start - 1, config.iterations)
 
     # Generation runs ahead of training by up to rollout.max_staleness iterations: iteration j
     # samples with weights version j-1-staleness (deterministic, so a resumed run regenerates the same
@@ -226,6 +228,7 @@ def _run(config: RunConfig, run_path: AnyPath, guard: PreemptionGuard, runner=No
         )
         if eval_due(config, iteration):
             _evaluate(tasks, config, root, weights, iteration)
+        artifacts.update_progress(progress, iteration, config.iterations)
         guard.check(f"after iteration {iteration}")
 
     return {
@@ -288,6 +291,7 @@ def _collect(
 def _evaluate(tasks, config: RunConfig, root: str, weights: dict, iteration: int) -> dict:
     result = tasks["evaluate"](_task_input(config), root, weights, iteration)
     rundir.write_record(as_path(root), "eval", iteration, result)
+    artifacts.publish_evaluations(rundir.read_records(as_path(root), "eval"))
     say(
         f"eval after iteration {iteration} (weights v{weights['version']}): "
         f"pass@1 {result['pass_at_1']:.1%}  pass@{result['k']} {result['pass_at_k']:.1%}"

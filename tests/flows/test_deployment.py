@@ -2,6 +2,7 @@
 (SQLite) and process worker (the `prefect_server` fixture ran the set-up lines), then what the UI
 shows of the runs: names, task run names, the run's own lines in its logs, the resolved config."""
 
+import json
 import re
 import time
 
@@ -64,9 +65,24 @@ def test_the_documented_runs_train_a_preset_and_a_changed_key_and_show_in_the_ui
         .raise_for_status()
         .json()
     )
-    (config_artifact,) = [a for a in artifacts if a["key"] == "run-config"]
+    by_key = {}
+    for artifact in sorted(artifacts, key=lambda a: a["created"]):
+        by_key.setdefault(artifact["key"], []).append(artifact)
+    assert set(by_key) == {"run-config", "training-progress", "held-out-pass-at-k", "run-summary"}
     expected_config = load_config("smoke", ["iterations=3"])
+    (config_artifact,) = by_key["run-config"]
     assert expected_config.digest() in config_artifact["data"] and "iterations: 3" in config_artifact["data"]
+
+    # progress, the held-out table (its last version: every evaluation), the summary `spotrl train` prints
+    (progress,) = by_key["training-progress"]
+    assert progress["type"] == "progress" and float(progress["data"]) == 100.0
+    table = json.loads(by_key["held-out-pass-at-k"][-1]["data"])
+    evals = rundir.read_records(smoke3, "eval")
+    assert [row["iteration"] for row in table] == [e["iteration"] for e in evals] == [0, 3]
+    assert [row["pass@1"] for row in table] == [f"{e['pass_at_1']:.1%}" for e in evals]
+    (summary,) = by_key["run-summary"]
+    assert "held-out pass@1" in summary["data"] and f"run directory: {smoke3}" in summary["data"]
+    assert (smoke3 / "weights" / "LATEST").read_text().strip() == "3"
 
 
 def test_every_config_key_has_help_in_the_run_form(prefect_server):
