@@ -89,7 +89,7 @@ def update_on_batch(
 
 
 def starting_params(
-    config, policy, tokenizer, verifier: str, prompts, answers, targets, log=print
+    config, policy, tokenizer, verifier: str, prompts, answers, targets, report=None
 ) -> tuple[dict, dict]:
     """(the iteration-0 parameters, warm-start info): a checkpoint (`model.path`) is the starting
     policy as is; otherwise the supervised warm start on (prompts, answers, targets), its greedy
@@ -105,7 +105,7 @@ def starting_params(
         config.warmstart,
         seed=config.seed,
         max_new_tokens=config.rollout.max_new_tokens,
-        log=log,
+        report=report,
     )
 
 

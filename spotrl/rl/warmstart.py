@@ -28,9 +28,12 @@ def supervised_warm_start(
     *,
     seed: int,
     max_new_tokens: int,
-    log=print,
+    report=None,
 ):
-    """Returns (params as nnx.State, info) after training until greedy accuracy >= cfg.target_greedy_accuracy."""
+    """Returns (params as nnx.State, info) after training until greedy accuracy >= cfg.target_greedy_accuracy.
+
+    `report(step, fields)` is told each greedy-accuracy check (default: a printed line)."""
+    report = report or _print_check
     # a copy: the step donates its inputs, and the policy's initial state serves as a template later
     state = jax.tree.map(jnp.copy, policy.init_state)
     tx = make_optimizer(cfg.learning_rate, 0.0, 0.9, 0.999, 1.0)
@@ -53,10 +56,14 @@ def supervised_warm_start(
             accuracy = greedy_accuracy(
                 policy.graphdef, state, tokenizer, verifier, check_prompts, check_answers, max_new_tokens
             )
-            log(f"warm start step {steps}: loss {float(loss):.3f}, greedy accuracy {accuracy:.1%}")
+            report(steps, {"loss": f"{float(loss):.3f}", "greedy accuracy": f"{accuracy:.1%}"})
             if accuracy >= cfg.target_greedy_accuracy:
                 break
     return state, {"steps": steps, "greedy_accuracy": accuracy}
+
+
+def _print_check(step: int, fields: dict) -> None:
+    print(f"warm start step {step}: " + ", ".join(f"{k} {v}" for k, v in fields.items()), flush=True)
 
 
 def _check_set(rng, prompts, answers, size: int) -> tuple[list, list]:
@@ -75,7 +82,7 @@ def pretrained_start(
     *,
     seed: int,
     max_new_tokens: int,
-    log=print,
+    report=None,
 ):
     """The starting point of a run from a pretrained checkpoint: its own parameters, no supervised steps
     (`targets`, the reference completions, are not used: the signature is supervised_warm_start's).

@@ -80,9 +80,10 @@ def warm_start(config: RunConfig, run_dir: str, data: dict) -> dict:
     ctx = get_context(run_dir, config)
     prompts, answers, targets = ctx.problem_spec.warm_start_examples(ctx.split("train"))
     started = time.perf_counter()
-    params, info = starting_params(
-        config, ctx.policy, ctx.tokenizer, ctx.problem_spec.verifier, prompts, answers, targets, log=runlog.say
-    )
+    with runlog.Progress("warm start", total=config.warmstart.max_steps) as progress:
+        params, info = starting_params(
+            config, ctx.policy, ctx.tokenizer, ctx.problem_spec.verifier, prompts, answers, targets, report=progress
+        )
     state = ctx.initial_train_state(params)
     path = ctx.checkpoints.save(0, state, initial_metadata(config, data["sha256"], info))
     ctx.train_states.put(0, state)
