@@ -46,11 +46,19 @@ class RopeScaling(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    rope_type: Literal["llama3"] = "llama3"
-    factor: float = Field(8.0, gt=0)
-    low_freq_factor: float = Field(1.0, gt=0)
-    high_freq_factor: float = Field(4.0, gt=0)
-    original_max_position_embeddings: int = Field(8192, gt=0)
+    rope_type: Literal["llama3"] = Field("llama3", description="the scaling scheme; only Llama 3's is implemented")
+    factor: float = Field(8.0, gt=0, description="long wavelengths are divided by this")
+    low_freq_factor: float = Field(
+        1.0, gt=0, description="wavelengths above original_max_position_embeddings / low_freq_factor are scaled"
+    )
+    high_freq_factor: float = Field(
+        4.0,
+        gt=0,
+        description="wavelengths below original_max_position_embeddings / high_freq_factor keep their frequency",
+    )
+    original_max_position_embeddings: int = Field(
+        8192, gt=0, description="the context length the model was pretrained with"
+    )
 
     @model_validator(mode="after")
     def _check_band(self) -> RopeScaling:
@@ -88,20 +96,26 @@ class ModelConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    vocab_size: int = Field(16, gt=0)
-    hidden_size: int = Field(96, gt=0)
-    intermediate_size: int = Field(256, gt=0)
-    num_layers: int = Field(3, gt=0)
-    num_heads: int = Field(4, gt=0)
-    num_kv_heads: int = Field(2, gt=0)
+    vocab_size: int = Field(16, gt=0, description="token ids; >= the tokenizer's (the character tokenizer has 15)")
+    hidden_size: int = Field(96, gt=0, description="width of the residual stream")
+    intermediate_size: int = Field(256, gt=0, description="width of the SwiGLU MLP")
+    num_layers: int = Field(3, gt=0, description="decoder layers")
+    num_heads: int = Field(4, gt=0, description="query heads per layer")
+    num_kv_heads: int = Field(
+        2, gt=0, description="key/value heads (grouped-query attention: num_heads must be a multiple)"
+    )
     head_dim: int | None = Field(None, gt=0, description="defaults to hidden_size // num_heads")
-    rope_theta: float = Field(10000.0, gt=0)
+    rope_theta: float = Field(10000.0, gt=0, description="RoPE base frequency")
     rope_scaling: RopeScaling | None = Field(None, description="null: plain RoPE; Llama 3.1+ checkpoints set it")
     max_position_embeddings: int = Field(32768, gt=0, description="context length the checkpoint declares")
-    rms_norm_eps: float = Field(1e-6, gt=0)
-    tie_embeddings: bool = True
-    qkv_bias: bool = False
-    dtype: str = Field("float32", pattern="^(float32|bfloat16)$")
+    rms_norm_eps: float = Field(1e-6, gt=0, description="epsilon of the RMSNorm layers")
+    tie_embeddings: bool = Field(True, description="the output projection reuses the token embedding")
+    qkv_bias: bool = Field(False, description="biases on the query/key/value projections (Qwen2: true)")
+    dtype: str = Field(
+        "float32",
+        pattern="^(float32|bfloat16)$",
+        description="float32 | bfloat16: the parameters (a checkpoint's tensors are converted on load)",
+    )
     compute_dtype: str | None = Field(
         None,
         pattern="^(float32|bfloat16)$",
@@ -117,7 +131,9 @@ class ModelConfig(BaseModel):
         True, description="render problem prompts through the tokenizer's chat template (when the checkpoint has one)"
     )
     remat: bool = Field(False, description="recompute each layer's activations in the backward pass (memory for FLOPs)")
-    mesh: MeshConfig = MeshConfig()
+    mesh: MeshConfig = Field(
+        MeshConfig(), description="devices the parameters are sharded over (fsdp x tp must be the device count)"
+    )
     sharding_rules: tuple[tuple[str, tuple[str | None, ...]], ...] | None = Field(
         None,
         description="[regex over a parameter path, [mesh axis or null per dimension]], first match wins; "
@@ -199,10 +215,10 @@ class ProblemConfig(_Section):
         description="a problem in spotrl.problems: the verifier and "
         "tokenizer; built-in prompts for arithmetic and code, curation.sources for any",
     )
-    train_size: int = Field(20000, gt=0)
-    eval_size: int = Field(400, gt=0)
-    min_digits: int = Field(2, ge=1, le=4)
-    max_digits: int = Field(4, ge=1, le=4)
+    train_size: int = Field(20000, gt=0, description="built-in problems: training prompts generated from the seed")
+    eval_size: int = Field(400, gt=0, description="built-in problems: held-out prompts (never trained on)")
+    min_digits: int = Field(2, ge=1, le=4, description="arithmetic: fewest digits per operand")
+    max_digits: int = Field(4, ge=1, le=4, description="arithmetic: most digits per operand")
     verify_workers: int = Field(1, gt=0, description="verifier calls in parallel per reward task (sandboxed code: >1)")
 
     @model_validator(mode="after")
@@ -215,10 +231,15 @@ class ProblemConfig(_Section):
 class SourceConfig(_Section):
     """A dataset source: JSONL/JSON/Parquet/CSV file or saved `datasets` directory, local or gs://."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
-    path: str
+    name: str = Field(
+        pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$",
+        description="the source's name in the manifest, quarantine reasons and --map/--weight",
+    )
+    path: str = Field(description="a file or saved `datasets` directory, local or gs://")
     map: dict[str, str] = Field(default_factory=dict, description="source column -> id, prompt, answer or tests")
-    format: Literal["jsonl", "json", "parquet", "csv", "datasets"] | None = None
+    format: Literal["jsonl", "json", "parquet", "csv", "datasets"] | None = Field(
+        None, description="null: from the file name"
+    )
     split: str | None = Field(None, description="the split of a saved DatasetDict")
     weight: float | None = Field(None, ge=0, description="mixing weight; none set: every row of every source")
 
@@ -235,8 +256,8 @@ class DifficultyConfig(_Section):
     prompts: int | None = Field(
         None, gt=0, description="estimate this many training prompts (a seeded subset); None: all of them"
     )
-    drop_never: bool = True
-    drop_always: bool = True
+    drop_never: bool = Field(True, description="leave out prompts no sample solved")
+    drop_always: bool = Field(True, description="leave out prompts every sample solved")
 
 
 class CurationConfig(_Section):
@@ -248,7 +269,9 @@ class CurationConfig(_Section):
     total: int | None = Field(
         None, gt=0, description="rows to mix from the sources by weight (None: as many as the weights allow)"
     )
-    difficulty: DifficultyConfig | None = None
+    difficulty: DifficultyConfig | None = Field(
+        None, description="null: no difficulty filter; else pass-rate estimates filter the prompt stream"
+    )
 
     @model_validator(mode="after")
     def _names(self):
@@ -261,22 +284,27 @@ class CurationConfig(_Section):
 
 
 class WarmStartConfig(_Section):
-    learning_rate: float = Field(1e-3, gt=0)
-    batch_size: int = Field(128, gt=0)
-    max_steps: int = Field(1000, ge=0)
-    check_every: int = Field(10, gt=0)
-    check_prompts: int = Field(256, gt=0)
+    learning_rate: float = Field(1e-3, gt=0, description="AdamW learning rate of the supervised warm start")
+    batch_size: int = Field(128, gt=0, description="examples per supervised step")
+    max_steps: int = Field(1000, ge=0, description="supervised steps at most (0: no warm start)")
+    check_every: int = Field(10, gt=0, description="measure greedy accuracy every this many steps")
+    check_prompts: int = Field(256, gt=0, description="training prompts the greedy accuracy is measured on")
     # Stop as soon as greedy accuracy on training prompts reaches this: a mediocre policy.
-    target_greedy_accuracy: float = Field(0.3, ge=0, le=1)
+    target_greedy_accuracy: float = Field(
+        0.3,
+        ge=0,
+        le=1,
+        description="stop once greedy accuracy reaches this: a mediocre policy leaves RL something to learn",
+    )
 
 
 class RolloutConfig(_Section):
-    prompts_per_iteration: int = Field(64, gt=0)
-    group_size: int = Field(8, ge=2)
-    max_new_tokens: int = Field(8, gt=0)
-    temperature: float = Field(1.0, gt=0)
-    top_k: int = Field(0, ge=0)
-    top_p: float = Field(1.0, gt=0, le=1)
+    prompts_per_iteration: int = Field(64, gt=0, description="prompts sampled per RL iteration")
+    group_size: int = Field(8, ge=2, description="completions per prompt (the group group-relative advantages compare)")
+    max_new_tokens: int = Field(8, gt=0, description="completion length limit, in tokens")
+    temperature: float = Field(1.0, gt=0, description="sampling temperature")
+    top_k: int = Field(0, ge=0, description="sample from the k most likely tokens (0: all)")
+    top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling mass (1: all)")
     shards: int = Field(1, gt=0, description="rollout work split into this many parallel tasks")
     task_runner: Literal["threads", "ray"] = Field(
         "threads", description="where rollout shards run: this process's thread pool, or Ray workers (prefect-ray)"
@@ -299,7 +327,9 @@ class KLConfig(_Section):
     """KL to the frozen reference policy (the warm-start weights, version 0)."""
 
     coef: float = Field(0.0, ge=0, description="0 disables it (no reference forward pass)")
-    estimator: _registered("KL estimator") = "k3"
+    estimator: _registered("KL estimator") = Field(
+        "k3", description="k1, k2 or k3 (Schulman's estimators of KL(pi || ref))"
+    )
     in_reward: bool = Field(
         False, description="subtract coef * KL from per-token rewards instead of adding it to the loss"
     )
@@ -308,28 +338,30 @@ class KLConfig(_Section):
 class DynamicSamplingConfig(_Section):
     """DAPO: drop groups whose rewards are all equal; generate more prompts until the batch is full."""
 
-    enabled: bool = False
+    enabled: bool = Field(False, description="on: groups without reward variance are dropped and replaced")
     max_rounds: int = Field(4, ge=0, description="extra generation rounds per iteration at most")
 
 
 class OverlongConfig(_Section):
     """DAPO's soft overlong penalty, in tokens: 0 up to max_tokens - cache_tokens, then linear to -penalty."""
 
-    enabled: bool = False
+    enabled: bool = Field(False, description="on: completions near max_tokens are penalised")
     max_tokens: int | None = Field(None, gt=0, description="default: rollout.max_new_tokens")
-    cache_tokens: int = Field(2, ge=0)
-    penalty: float = Field(1.0, ge=0)
+    cache_tokens: int = Field(2, ge=0, description="the penalty ramps over this many tokens before max_tokens")
+    penalty: float = Field(1.0, ge=0, description="the penalty at max_tokens")
 
 
 class ValueConfig(_Section):
     """PPO's critic: a value head on the policy's trunk ("shared") or on a trunk of its own ("separate")."""
 
-    head: Literal["none", "shared", "separate"] = "none"
-    coef: float = Field(0.5, gt=0)
-    clip: float | None = Field(0.2, gt=0)
-    gamma: float = Field(1.0, gt=0, le=1)
-    lam: float = Field(0.95, ge=0, le=1)
-    learning_rate: float = Field(1e-3, gt=0)
+    head: Literal["none", "shared", "separate"] = Field(
+        "none", description="none (no critic) | shared (a head on the policy's trunk) | separate (a trunk of its own)"
+    )
+    coef: float = Field(0.5, gt=0, description="weight of the value loss")
+    clip: float | None = Field(0.2, gt=0, description="value clipping range around the old values (null: none)")
+    gamma: float = Field(1.0, gt=0, le=1, description="discount of GAE")
+    lam: float = Field(0.95, ge=0, le=1, description="lambda of GAE")
+    learning_rate: float = Field(1e-3, gt=0, description="learning rate of a separate critic")
 
 
 # Each preset is only a choice of parts. The field defaults of AlgorithmConfig are GRPO's (with the
@@ -355,30 +387,38 @@ def _merge(base: dict, override: dict) -> dict:
 
 
 class AlgorithmConfig(_Section):
-    name: Literal[ALGORITHMS] = "grpo"
-    advantage: _registered("advantage estimator", "per-token advantage estimator") = "grpo"
-    advantage_eps: float = Field(1e-4, gt=0)
-    ratio_level: Literal["token", "sequence"] = "token"
+    name: Literal[ALGORITHMS] = Field(
+        "grpo", description="preset of the parts below: grpo, dr_grpo, dapo, rloo, reinforce_pp, gspo or ppo"
+    )
+    advantage: _registered("advantage estimator", "per-token advantage estimator") = Field(
+        "grpo", description="advantage estimator (spotrl/rl/advantages.py)"
+    )
+    advantage_eps: float = Field(1e-4, gt=0, description="added to the group's reward std before dividing")
+    ratio_level: Literal["token", "sequence"] = Field(
+        "token", description="importance ratio per token, or one per sequence (GSPO)"
+    )
     clip_low: float = Field(0.2, gt=0, lt=1, description="ratio clipped below at 1 - clip_low")
     clip_high: float = Field(0.2, gt=0, description="ratio clipped above at 1 + clip_high (DAPO: clip-higher)")
     dual_clip: float | None = Field(None, gt=1, description="objective bounded below by dual_clip * A for A < 0")
-    aggregation: _registered("loss aggregation") = "token_mean"
+    aggregation: _registered("loss aggregation") = Field(
+        "token_mean", description="how token losses become the loss (spotrl/rl/losses.py)"
+    )
     norm_constant: float | None = Field(
         None, gt=0, description="seq_mean_token_sum_norm's divisor; default max_new_tokens"
     )
-    entropy_coef: float = Field(0.0, ge=0)
-    kl: KLConfig = KLConfig()
-    dynamic_sampling: DynamicSamplingConfig = DynamicSamplingConfig()
-    overlong: OverlongConfig = OverlongConfig()
-    value: ValueConfig = ValueConfig()
+    entropy_coef: float = Field(0.0, ge=0, description="entropy bonus weight (0: none)")
+    kl: KLConfig = Field(KLConfig(), description="KL penalty to the reference policy")
+    dynamic_sampling: DynamicSamplingConfig = Field(DynamicSamplingConfig(), description="DAPO's dynamic sampling")
+    overlong: OverlongConfig = Field(OverlongConfig(), description="DAPO's soft overlong penalty")
+    value: ValueConfig = Field(ValueConfig(), description="PPO's critic")
     importance_cap: float = Field(
         2.0,
         gt=0,
         description="truncated importance weight min(pi_prox / pi_behaviour, cap) "
         "on stale rollouts (rollout.max_staleness >= 1)",
     )
-    minibatches: int = Field(4, gt=0)
-    epochs: int = Field(1, gt=0)
+    minibatches: int = Field(4, gt=0, description="optimizer steps per epoch over an iteration's rollouts")
+    epochs: int = Field(1, gt=0, description="passes over an iteration's rollouts")
     micro_batches: int = Field(
         1,
         gt=0,
@@ -408,18 +448,18 @@ class AlgorithmConfig(_Section):
 
 
 class OptimizerConfig(_Section):
-    learning_rate: float = Field(3e-4, gt=0)
-    weight_decay: float = Field(0.0, ge=0)
-    b1: float = Field(0.9, ge=0, lt=1)
-    b2: float = Field(0.999, ge=0, lt=1)
-    grad_clip: float = Field(1.0, ge=0)
+    learning_rate: float = Field(3e-4, gt=0, description="AdamW learning rate of the RL updates")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW decoupled weight decay")
+    b1: float = Field(0.9, ge=0, lt=1, description="AdamW first-moment decay")
+    b2: float = Field(0.999, ge=0, lt=1, description="AdamW second-moment decay")
+    grad_clip: float = Field(1.0, ge=0, description="global gradient-norm clip (0: none)")
 
 
 class EvalConfig(_Section):
     n: int = Field(16, gt=0, description="samples per held-out prompt")
-    k: int = Field(8, gt=0)
-    prompts: int = Field(400, gt=0)
-    temperature: float = Field(1.0, gt=0)
+    k: int = Field(8, gt=0, description="the k of pass@k (<= n)")
+    prompts: int = Field(400, gt=0, description="held-out prompts evaluated")
+    temperature: float = Field(1.0, gt=0, description="sampling temperature of the evaluation")
     every: int = Field(0, ge=0, description="also evaluate every this many iterations (0: start and end only)")
 
     @field_validator("k")
@@ -432,26 +472,34 @@ class EvalConfig(_Section):
 
 
 class CheckpointConfig(_Section):
-    keep: int = Field(3, gt=0)
+    keep: int = Field(3, gt=0, description="sealed checkpoints kept (older ones are pruned)")
 
 
 class WeightsConfig(_Section):
-    keep: int = Field(3, gt=0)
+    keep: int = Field(3, gt=0, description="weight versions kept (besides any a worker holds a lease on)")
 
 
 class RunConfig(_Section):
-    seed: int = 0
-    iterations: int = Field(200, ge=0)
-    model: ModelConfig = ModelConfig()
-    problem: ProblemConfig = ProblemConfig()
-    curation: CurationConfig = CurationConfig()
-    warmstart: WarmStartConfig = WarmStartConfig()
-    rollout: RolloutConfig = RolloutConfig()
-    algorithm: AlgorithmConfig = AlgorithmConfig()
-    optimizer: OptimizerConfig = OptimizerConfig()
-    eval: EvalConfig = EvalConfig()
-    checkpoint: CheckpointConfig = CheckpointConfig()
-    weights: WeightsConfig = WeightsConfig()
+    seed: int = Field(0, description="every random choice derives from (seed, stream, iteration, shard)")
+    iterations: int = Field(200, ge=0, description="RL iterations after the warm start")
+    model: ModelConfig = Field(ModelConfig(), description="the network and where its weights come from")
+    problem: ProblemConfig = Field(ProblemConfig(), description="what the policy learns to solve, and its verifier")
+    curation: CurationConfig = Field(
+        CurationConfig(), description="prompt datasets: sources, decontamination, mixing, difficulty"
+    )
+    warmstart: WarmStartConfig = Field(
+        WarmStartConfig(), description="the supervised warm start (skipped with model.path)"
+    )
+    rollout: RolloutConfig = Field(
+        RolloutConfig(), description="generation: prompts, samples, sampling, fan-out, staleness"
+    )
+    algorithm: AlgorithmConfig = Field(
+        AlgorithmConfig(), description="the RL algorithm: advantage, loss, clipping, KL, minibatches"
+    )
+    optimizer: OptimizerConfig = Field(OptimizerConfig(), description="AdamW of the RL updates")
+    eval: EvalConfig = Field(EvalConfig(), description="held-out pass@k")
+    checkpoint: CheckpointConfig = Field(CheckpointConfig(), description="train-state checkpoints")
+    weights: WeightsConfig = Field(WeightsConfig(), description="published weight versions")
 
     @model_validator(mode="before")
     @classmethod

@@ -79,3 +79,20 @@ def test_a_run_directory_written_with_the_task_key_resumes(tmp_path):
         assert rundir.prepare(tmp_path, config) == tmp_path.resolve()
     with pytest.warns(DeprecationWarning), pytest.raises(rundir.RunDirError, match="problem.train_size"):
         rundir.prepare(tmp_path, build_config(None, ["iterations=3", "problem.train_size=100"]))
+
+
+def test_every_config_key_has_a_description_for_the_run_form():
+    """Prefect renders the flow's `config` parameter as a form from this schema: each key gets help."""
+    schema = RunConfig.model_json_schema()
+    models = {**schema.get("$defs", {}), "RunConfig": schema}
+    missing = [
+        f"{name}.{key}"
+        for name, model in models.items()
+        for key, prop in model.get("properties", {}).items()
+        if not prop.get("description")
+    ]
+    assert not missing, missing
+
+
+def test_descriptions_are_not_part_of_a_configs_identity():
+    assert RunConfig().digest() == "d688c238dbb19d96"  # the default config's digest before they were written
