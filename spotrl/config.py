@@ -254,7 +254,7 @@ class DifficultyConfig(_Section):
     every: int = Field(10, gt=0, description="re-estimate before iterations 1, 1 + every, 1 + 2 * every, ...")
     samples: int = Field(8, ge=2, description="completions per prompt for an estimate")
     prompts: int | None = Field(
-        None, gt=0, description="estimate this many training prompts (a seeded subset); None: all of them"
+        None, gt=0, description="estimate this many training prompts (a seeded subset); null: all of them"
     )
     drop_never: bool = Field(True, description="leave out prompts no sample solved")
     drop_always: bool = Field(True, description="leave out prompts every sample solved")
@@ -267,7 +267,7 @@ class CurationConfig(_Section):
     )
     ngram: int = Field(13, gt=0, description="decontamination n-gram size, in words")
     total: int | None = Field(
-        None, gt=0, description="rows to mix from the sources by weight (None: as many as the weights allow)"
+        None, gt=0, description="rows to mix from the sources by weight (null: as many as the weights allow)"
     )
     difficulty: DifficultyConfig | None = Field(
         None, description="null: no difficulty filter; else pass-rate estimates filter the prompt stream"
@@ -289,7 +289,6 @@ class WarmStartConfig(_Section):
     max_steps: int = Field(1000, ge=0, description="supervised steps at most (0: no warm start)")
     check_every: int = Field(10, gt=0, description="measure greedy accuracy every this many steps")
     check_prompts: int = Field(256, gt=0, description="training prompts the greedy accuracy is measured on")
-    # Stop as soon as greedy accuracy on training prompts reaches this: a mediocre policy.
     target_greedy_accuracy: float = Field(
         0.3,
         ge=0,
@@ -300,7 +299,7 @@ class WarmStartConfig(_Section):
 
 class RolloutConfig(_Section):
     prompts_per_iteration: int = Field(64, gt=0, description="prompts sampled per RL iteration")
-    group_size: int = Field(8, ge=2, description="completions per prompt (the group group-relative advantages compare)")
+    group_size: int = Field(8, ge=2, description="completions per prompt (the GRPO group)")
     max_new_tokens: int = Field(8, gt=0, description="completion length limit, in tokens")
     temperature: float = Field(1.0, gt=0, description="sampling temperature")
     top_k: int = Field(0, ge=0, description="sample from the k most likely tokens (0: all)")
@@ -310,7 +309,7 @@ class RolloutConfig(_Section):
         "threads", description="where rollout shards run: this process's thread pool, or Ray workers (prefect-ray)"
     )
     ray_address: str | None = Field(
-        None, description="a Ray cluster (ray://host:10001 or auto); None starts a local Ray"
+        None, description="a Ray cluster (ray://host:10001 or auto); null starts a local Ray"
     )
     pull_timeout_seconds: float = Field(
         300.0, gt=0, description="how long a worker waits for a weight version that is not published yet"

@@ -1,4 +1,4 @@
-"""The `spotrl` command line: train, eval, digest, export, curate, verify."""
+"""The `spotrl` command line: train, eval, digest, export, report, curate, verify."""
 
 from __future__ import annotations
 
@@ -121,6 +121,11 @@ def _parser() -> argparse.ArgumentParser:
     curate.add_argument("--force", action="store_true", help="curate again even if DIR is up to date")
     curate.add_argument("--json", action="store_true", help="print the counts as one JSON object")
 
+    report = sub.add_parser("report", help="the run's curves as PNG plots and one HTML page (RUN/report/)")
+    from spotrl.cli.report import add_arguments
+
+    add_arguments(report)
+
     verify = sub.add_parser("verify", help="run one candidate through a verifier")
     verify_sub = verify.add_subparsers(dest="verifier", required=True)
     vcode = verify_sub.add_parser(
@@ -149,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
             "digest": _digest,
             "export": _export,
             "curate": _curate,
+            "report": _report,
             "verify": _verify,
         }[args.command](args)
     except Exception as err:  # noqa: BLE001 - the CLI turns known errors into one clear line
@@ -272,6 +278,12 @@ def _export(args) -> int:
 
 def _curate(args) -> int:
     from spotrl.cli.curate import run
+
+    return run(args)
+
+
+def _report(args) -> int:
+    from spotrl.cli.report import run
 
     return run(args)
 

@@ -99,6 +99,8 @@ def summary_table(result: dict) -> str:
     ]
     lines.append(f"time taken: {result['seconds']:.1f} s")
     lines.append(f"run directory: {result['run_dir']}")
+    if result.get("report"):
+        lines.append(f"report: {result['report']}  (TensorBoard: tensorboard --logdir {result['run_dir']}/tensorboard)")
     return "\n".join(lines)
 
 

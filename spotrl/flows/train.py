@@ -25,6 +25,8 @@ from spotrl.flows.preemption import PreemptionGuard
 from spotrl.flows.results import result_storage
 from spotrl.flows.resume import eval_due, find_resume_point
 from spotrl.model.compiles import compile_count
+from spotrl.reporting.plots import make_report
+from spotrl.reporting.tensorboard import sync_tensorboard
 from spotrl.storage.paths import AnyPath, as_path
 from spotrl.tasks import stages
 from spotrl.tasks.context import get_context
@@ -91,6 +93,7 @@ def train(
     ):
         result = _run(config, run_path, guard, runner, as_given=run_dir)
     result = {**result, "seconds": time.perf_counter() - started}
+    result["report"] = _report(str(run_path))
     artifacts.publish_summary(result, config)
     return result
 
@@ -112,6 +115,23 @@ def _continue_after_crashes(run_dir: str) -> None:
         + (f"; marked {closed} runs it left open as Crashed" if closed else "")
     )
     artifacts.link_flow_run("continues", predecessor.id, f"continues {predecessor.name} ({predecessor.state})")
+
+
+def _tensorboard(root: str) -> None:
+    """RUN/tensorboard gets the iterations and evaluations recorded so far (each point once)."""
+    try:
+        sync_tensorboard(root)
+    except Exception as err:  # noqa: BLE001 - curves are a view of metrics.jsonl, never a reason to stop
+        say(f"warning: TensorBoard scalars not written ({type(err).__name__}: {err}); `spotrl report` can redo them")
+
+
+def _report(root: str) -> str | None:
+    """RUN/report/index.html with the run's curves; its path (None if it could not be made)."""
+    try:
+        return str(make_report(root))
+    except Exception as err:  # noqa: BLE001 - the same: `spotrl report --run-dir` makes it again
+        say(f"warning: report not written ({type(err).__name__}: {err}); run `spotrl report --run-dir {root}`")
+        return None
 
 
 @contextlib.contextmanager
@@ -221,6 +241,7 @@ def _run(config: RunConfig, run_path: AnyPath, guard: PreemptionGuard, runner=No
             compile_count() - compiles_before,
         )
         rundir.write_record(run_path, "metrics", iteration, metrics)
+        _tensorboard(root)
         say(
             f"iteration {iteration:>4}/{config.iterations}  reward {metrics['reward_mean']:.3f}  "
             f"loss {metrics['loss']:+.4f}  clip {metrics['clip_frac']:.3f}  "
@@ -292,6 +313,7 @@ def _evaluate(tasks, config: RunConfig, root: str, weights: dict, iteration: int
     result = tasks["evaluate"](_task_input(config), root, weights, iteration)
     rundir.write_record(as_path(root), "eval", iteration, result)
     artifacts.publish_evaluations(rundir.read_records(as_path(root), "eval"))
+    _tensorboard(root)
     say(
         f"eval after iteration {iteration} (weights v{weights['version']}): "
         f"pass@1 {result['pass_at_1']:.1%}  pass@{result['k']} {result['pass_at_k']:.1%}"

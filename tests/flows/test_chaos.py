@@ -88,6 +88,24 @@ def test_chaos_kills_then_resume_ends_bit_for_bit(baseline, server_env, tmp_path
     assert resumed == sorted(resumed) and len(resumed) >= len(attempts) - 1
     _same_run(run_dir, baseline)
     _nothing_left_open(run_dir, runs=len(attempts) + 1)
+    _each_point_once(run_dir)
+
+
+def _each_point_once(run_dir: Path) -> None:
+    """TensorBoard got every iteration and evaluation exactly once across the kills and resumes."""
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+
+    points = [
+        (value.tag, event.step)
+        for path in sorted((run_dir / "tensorboard").glob("events.out.tfevents.*"))
+        for event in EventFileLoader(str(path)).Load()
+        for value in event.summary.value
+    ]
+    assert len(points) == len(set(points)), sorted(p for p in set(points) if points.count(p) > 1)
+    steps = sorted(step for tag, step in points if tag == "train/reward_mean")
+    assert steps == [m["iteration"] for m in read_jsonl(run_dir / "metrics.jsonl")] == list(range(1, ITERATIONS + 1))
+    evals = sorted(step for tag, step in points if tag == "eval/pass_at_1")
+    assert evals == [e["iteration"] for e in read_jsonl(run_dir / "eval.jsonl")]
 
 
 def _nothing_left_open(run_dir: Path, runs: int) -> None:
