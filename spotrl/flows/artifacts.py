@@ -10,6 +10,8 @@ the UI keeps one per key and shows its history across runs.
 
 from __future__ import annotations
 
+import time
+
 import yaml
 
 from spotrl.config import RunConfig
@@ -39,19 +41,29 @@ def link_flow_run(key: str, flow_run_id: str, text: str) -> None:
         create_markdown_artifact(key=key, markdown=f"{text}: flow run `{flow_run_id}`")
 
 
-def start_progress(done: int, total: int):
-    """The progress artifact of this flow run, at `done` of `total` iterations; returns its id."""
-    from prefect.artifacts import create_progress_artifact
+class Progress:
+    """The `training-progress` artifact of this flow run: iterations done of the run's total.
 
-    return create_progress_artifact(
-        progress=100.0 * done / max(total, 1), key="training-progress", description=f"RL iterations of {total}"
-    )
+    An update is a round trip to the server (measured: ~25-50 ms, as much as 8% of a 0.6 s
+    iteration), so it is sent at most every `interval` seconds, and always for the last iteration.
+    """
 
+    def __init__(self, done: int, total: int, interval: float = 10.0):
+        from prefect.artifacts import create_progress_artifact
 
-def update_progress(artifact_id, done: int, total: int) -> None:
-    from prefect.artifacts import update_progress_artifact
+        self.total, self.interval = max(total, 1), interval
+        self.id = create_progress_artifact(
+            progress=100.0 * done / self.total, key="training-progress", description=f"RL iterations of {total}"
+        )
+        self.sent = time.monotonic()
 
-    update_progress_artifact(artifact_id, progress=100.0 * done / max(total, 1))
+    def update(self, done: int) -> None:
+        if done < self.total and time.monotonic() - self.sent < self.interval:
+            return
+        from prefect.artifacts import update_progress_artifact
+
+        update_progress_artifact(self.id, progress=100.0 * done / self.total)
+        self.sent = time.monotonic()
 
 
 def publish_evaluations(records: list[dict]) -> None:

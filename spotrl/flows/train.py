@@ -177,7 +177,7 @@ def _run(config: RunConfig, run_path: AnyPath, guard: PreemptionGuard, runner=No
         weights = point.weights or _configured(run_path, refresh=True)["publish"](config_input, root, previous)
         start = point.iteration + 1
     guard.check("after the warm start")
-    progress = artifacts.start_progress(start - 1, config.iterations)
+    progress = artifacts.Progress(start - 1, config.iterations)
 
     # Generation runs ahead of training by up to rollout.max_staleness iterations: iteration j
     # samples with weights version j-1-staleness (deterministic, so a resumed run regenerates the same
@@ -249,7 +249,7 @@ def _run(config: RunConfig, run_path: AnyPath, guard: PreemptionGuard, runner=No
         )
         if eval_due(config, iteration):
             _evaluate(tasks, config, root, weights, iteration)
-        artifacts.update_progress(progress, iteration, config.iterations)
+        progress.update(iteration)
         guard.check(f"after iteration {iteration}")
 
     return {
