@@ -14,6 +14,7 @@ import hashlib
 import os
 from pathlib import Path
 
+from prefect.exceptions import ObjectAlreadyExists
 from prefect.filesystems import LocalFileSystem
 
 from spotrl.storage.paths import AnyPath, RemotePath
@@ -51,5 +52,14 @@ def result_storage(path: AnyPath):
     else:
         location = str(Path(path).expanduser().resolve())
         block = RunResultStorage(basepath=location)
-    block.save("spotrl-results-" + hashlib.sha256(location.encode()).hexdigest()[:16], overwrite=True)
+    name = "spotrl-results-" + hashlib.sha256(location.encode()).hexdigest()[:16]
+    for attempt in range(3):
+        try:
+            block.save(name, overwrite=True)
+            break
+        except ObjectAlreadyExists:
+            # two flow runs starting together on a fresh server both register the block type; the
+            # loser's save is refused, and succeeds once the type exists (seen with a 2-slot worker)
+            if attempt == 2:
+                raise
     return block

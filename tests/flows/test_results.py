@@ -53,3 +53,35 @@ def test_a_flow_persists_under_the_run_directory_and_reuses_the_result(prefect_h
     assert calls == [21]  # the second call was a cache hit, read back from the run directory
     assert [p.name for p in (run / "prefect-results").iterdir()] == ["double-21"]
     assert twice() == [42, 42] and calls == [21]  # a new flow run: still the cached result
+
+
+def test_flow_runs_starting_together_on_a_fresh_server_all_get_their_storage(prefect_harness, tmp_path):
+    """Each registers the block type on its first save; the ones that lose that race retry (seen: a
+    2-slot worker starting the two documented runs failed one with ObjectAlreadyExists)."""
+    import threading
+
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        try:
+            block_type = client.read_block_type_by_slug(RunResultStorage._block_type_slug)
+            for document in client.read_block_documents_by_type(block_type.slug):
+                client.delete_block_document(document.id)
+            client.delete_block_type(block_type.id)
+        except Exception:  # noqa: BLE001 - not registered yet: the server is as fresh as it gets
+            pass
+    barrier, errors = threading.Barrier(6), []
+
+    def start(i: int) -> None:
+        barrier.wait()
+        try:
+            result_storage(tmp_path / f"run{i}" / "prefect-results")
+        except Exception as err:  # noqa: BLE001 - collected and asserted below
+            errors.append(err)
+
+    threads = [threading.Thread(target=start, args=(i,)) for i in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors
