@@ -23,8 +23,8 @@ test: $(STAMP)
 
 # style and layering: ruff (lint + format) and import-linter's contracts (pyproject.toml)
 lint: $(STAMP)
-	$(BIN)/ruff check spotrl tests benchmarks
-	$(BIN)/ruff format --check spotrl tests benchmarks
+	$(BIN)/ruff check spotrl tests benchmarks tools
+	$(BIN)/ruff format --check spotrl tests benchmarks tools
 	$(BIN)/lint-imports
 
 clean:
