@@ -18,6 +18,10 @@ $(STAMP): pyproject.toml
 train: $(STAMP)
 	$(BIN)/spotrl train $(ARGS)
 
+# two workers, a test file each (module fixtures, such as a finished run, are made once): most tests
+# wait on servers, subprocesses and compilers, so two cores finish the suite in ~60% of the time
+PYTEST_ARGS ?= -n 2 --dist loadfile
+
 test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 

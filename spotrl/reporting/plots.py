@@ -136,7 +136,12 @@ def present_panels(table: dict[str, dict[str, Series]], panels=PANELS) -> list[P
 
 
 def render_png(panel: Panel, table: dict[str, dict[str, Series]]) -> bytes:
-    fig, axes = plt.subplots(1, len(panel.axes), figsize=(5.5 * len(panel.axes), 3.6), squeeze=False)
+    width, height = 5.5 * len(panel.axes), 3.6
+    fig, axes = plt.subplots(1, len(panel.axes), figsize=(width, height), squeeze=False)
+    # fixed margins in inches (room for tick labels, the axis labels and the title): tight_layout would
+    # draw every figure once more to measure it, 40% of the report's time
+    fig.subplots_adjust(left=0.85 / width, right=1 - 0.2 / width, bottom=0.55 / height, top=1 - 0.5 / height)
+    fig.subplots_adjust(wspace=0.9 * len(panel.axes) / width)
     try:
         fig.suptitle(panel.title)
         for ax, axis in zip(axes[0], panel.axes):
@@ -152,7 +157,6 @@ def render_png(panel: Panel, table: dict[str, dict[str, Series]]) -> bytes:
             ax.grid(alpha=0.3)
             if len(axis.series) > 1:
                 ax.legend(fontsize="small")
-        fig.tight_layout()
         buffer = io.BytesIO()
         fig.savefig(buffer, format="png", dpi=100)
         return buffer.getvalue()
