@@ -320,6 +320,51 @@ class RolloutConfig(_Section):
         description="k: iteration i samples with weights i-1-k; k >= 1 overlaps "
         "generation with the previous updates (0: on-policy)",
     )
+    workers: Annotated[int, Field(gt=0)] | Literal["auto"] | None = Field(
+        None,
+        description="rollout workers: shards running at once (null: all shards at once; a number: at most "
+        "that many; auto: the cost-aware policy picks before each iteration from the run's measurements "
+        "and `fleet`); on Ray also the capacity asked of the autoscaler",
+    )
+
+
+class FleetConfig(_Section):
+    """Prices, preemptions and the objective of `rollout.workers: auto` and of `spotrl simulate`."""
+
+    spot_price_per_hour: float = Field(1.0, ge=0, description="a rollout worker-hour on spot capacity")
+    on_demand_price_per_hour: float = Field(3.0, ge=0, description="a rollout worker-hour on on-demand capacity")
+    trainer_price_per_hour: float = Field(24.0, ge=0, description="an hour of the trainer (all its accelerators)")
+    spot: bool = Field(True, description="rollout workers run on spot capacity (spot price, preemptible)")
+    preemptions_per_hour: float = Field(
+        0.05, ge=0, description="expected preemptions per spot worker-hour (Poisson; the simulator and the policy)"
+    )
+    preemption_notice_seconds: float = Field(
+        30.0, ge=0, description="warning before a preemption: a shard ending within it is kept"
+    )
+    objective: Literal["min_cost", "min_time"] = Field(
+        "min_cost",
+        description="min_cost: least cost per iteration within the deadline; min_time: least time within the budget",
+    )
+    deadline_seconds: float | None = Field(
+        None, gt=0, description="min_cost: iteration time allowed (null: deadline_slack over the fastest choice)"
+    )
+    deadline_slack: float = Field(
+        0.1, ge=0, description="min_cost without deadline_seconds: up to (1 + this) x the fastest iteration"
+    )
+    budget_per_iteration: float | None = Field(
+        None, gt=0, description="min_time: cost per iteration allowed, in the price's currency (null: no limit)"
+    )
+    max_workers: int = Field(1024, gt=0, description="auto: the most rollout workers (and at most rollout.shards)")
+    cold_start_seconds: float | None = Field(
+        None,
+        ge=0,
+        description="a new worker's process start and compilation (null: measured, the first iteration's excess)",
+    )
+    weight_pull_bytes_per_s: float = Field(1.25e9, gt=0, description="weight store -> one rollout worker")
+    weight_publish_bytes_per_s: float = Field(2.5e9, gt=0, description="trainer -> weight store")
+    store_bytes_per_s: float | None = Field(
+        None, gt=0, description="the weight store's total egress, shared by workers pulling at once (null: no limit)"
+    )
 
 
 class KLConfig(_Section):
@@ -499,6 +544,9 @@ class RunConfig(_Section):
     eval: EvalConfig = Field(EvalConfig(), description="held-out pass@k")
     checkpoint: CheckpointConfig = Field(CheckpointConfig(), description="train-state checkpoints")
     weights: WeightsConfig = Field(WeightsConfig(), description="published weight versions")
+    fleet: FleetConfig = Field(
+        FleetConfig(), description="rollout fleet: prices, preemptions, the objective of rollout.workers=auto"
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -554,8 +602,23 @@ class RunConfig(_Section):
         return self
 
     def digest(self) -> str:
-        """Content hash of the config: the identity of a run."""
-        return hashlib.sha256(json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()[:16]
+        """Content hash of the config: the identity of a run. Keys added after runs existed
+        (ADDED_KEYS) count only when they differ from their default, so a config that leaves them
+        alone keeps the identity it had before they were added."""
+        data = self.model_dump(mode="json")
+        defaults = RunConfig.model_construct().model_dump(mode="json")
+        for dotted in ADDED_KEYS:
+            *parents, leaf = dotted.split(".")
+            node, default = data, defaults
+            for part in parents:
+                node, default = node[part], default[part]
+            if node[leaf] == default[leaf]:
+                del node[leaf]
+        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+
+# keys added after runs existed, in the order they came: see RunConfig.digest
+ADDED_KEYS = ("rollout.workers", "fleet")
 
 
 class ConfigError(ValueError):

@@ -66,6 +66,17 @@ def tiny_config():
 
 
 @pytest.fixture(scope="session")
+def smoke_run(prefect_harness, tiny_config, tmp_path_factory):
+    """A real run of the train flow (the smoke preset: two iterations), in this process; shared by
+    the tests that only read a finished run (the report, the fleet simulator's calibration)."""
+    from spotrl.flows import train as train_module
+
+    run_dir = tmp_path_factory.mktemp("smoke-run")
+    train_module.train(config=tiny_config, run_dir=str(run_dir))
+    return run_dir
+
+
+@pytest.fixture(scope="session")
 def prefect_harness():
     from prefect.testing.utilities import prefect_test_harness
 

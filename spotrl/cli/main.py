@@ -1,4 +1,4 @@
-"""The `spotrl` command line: train, eval, digest, export, report, curate, verify."""
+"""The `spotrl` command line: train, eval, digest, export, report, simulate, curate, verify."""
 
 from __future__ import annotations
 
@@ -126,6 +126,13 @@ def _parser() -> argparse.ArgumentParser:
 
     add_arguments(report)
 
+    simulate = sub.add_parser(
+        "simulate", help="the fleet simulator: time, cost, idle and lost work for W = 8..1024 rollout workers"
+    )
+    from spotrl.cli.simulate import add_arguments as add_simulate_arguments
+
+    add_simulate_arguments(simulate)
+
     verify = sub.add_parser("verify", help="run one candidate through a verifier")
     verify_sub = verify.add_subparsers(dest="verifier", required=True)
     vcode = verify_sub.add_parser(
@@ -155,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
             "export": _export,
             "curate": _curate,
             "report": _report,
+            "simulate": _simulate,
             "verify": _verify,
         }[args.command](args)
     except Exception as err:  # noqa: BLE001 - the CLI turns known errors into one clear line
@@ -284,6 +292,12 @@ def _curate(args) -> int:
 
 def _report(args) -> int:
     from spotrl.cli.report import run
+
+    return run(args)
+
+
+def _simulate(args) -> int:
+    from spotrl.cli.simulate import run
 
     return run(args)
 

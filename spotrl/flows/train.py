@@ -21,6 +21,7 @@ from spotrl.configs import resolve, with_preset
 from spotrl.curation.curriculum import estimate_iteration
 from spotrl.flows import artifacts, rundir
 from spotrl.flows.crashes import FLOW_NAME, FLOW_RUN_NAME, close_abandoned
+from spotrl.flows.fleet import RolloutFleet
 from spotrl.flows.preemption import PreemptionGuard
 from spotrl.flows.results import result_storage
 from spotrl.flows.resume import eval_due, find_resume_point
@@ -90,8 +91,9 @@ def train(
         rundir.exclusive(run_path),
         PreemptionGuard(preemption_grace_seconds) as guard,
         rollout_task_runner(config) as runner,
+        RolloutFleet(config, run_path, runner) as fleet,
     ):
-        result = _run(config, run_path, guard, runner, as_given=run_dir)
+        result = _run(config, run_path, guard, runner, as_given=run_dir, fleet=fleet)
     result = {**result, "seconds": time.perf_counter() - started}
     result["report"] = _report(str(run_path))
     artifacts.publish_summary(result, config)
@@ -148,9 +150,17 @@ def rollout_task_runner(config: RunConfig):
         yield runner
 
 
-def _run(config: RunConfig, run_path: AnyPath, guard: PreemptionGuard, runner=None, as_given: str = "") -> dict:
+def _run(
+    config: RunConfig,
+    run_path: AnyPath,
+    guard: PreemptionGuard,
+    runner=None,
+    as_given: str = "",
+    fleet: RolloutFleet | None = None,
+) -> dict:
     """The run's body; `as_given` is the run directory as the flow's parameter spelled it (earlier flow
-    runs on it are found by that spelling)."""
+    runs on it are found by that spelling); `fleet` says how many rollout workers each iteration uses."""
+    fleet = fleet or RolloutFleet(config, run_path, runner)
     root = str(run_path)
     say(f"run directory: {root}  (config {config.digest()})")
     ctx = get_context(root, config)
@@ -218,12 +228,14 @@ def _run(config: RunConfig, run_path: AnyPath, guard: PreemptionGuard, runner=No
             if version not in published:
                 break
             if j not in in_flight:
-                in_flight[j] = _launch(tasks, config, root, j, published[version], 0, runner, difficulty_for(j))
+                in_flight[j] = _launch(
+                    tasks, config, root, j, published[version], 0, fleet.runner(j), difficulty_for(j)
+                )
 
     for iteration in range(start, config.iterations + 1):
         iteration_started, compiles_before = time.perf_counter(), compile_count()
         launch_ready(iteration)
-        rollouts, scored = _collect(tasks, config, root, iteration, in_flight.pop(iteration), runner)
+        rollouts, scored = _collect(tasks, config, root, iteration, in_flight.pop(iteration), fleet.runner(iteration))
         guard.check(f"in iteration {iteration} after its rollouts were scored")
         updated = tasks["update"](config_input, root, iteration, previous, scored)
         previous = tasks["checkpoint"](config_input, root, updated)
@@ -240,6 +252,7 @@ def _run(config: RunConfig, run_path: AnyPath, guard: PreemptionGuard, runner=No
             time.perf_counter() - iteration_started,
             compile_count() - compiles_before,
         )
+        fleet.record(iteration, metrics)
         rundir.write_record(run_path, "metrics", iteration, metrics)
         _tensorboard(root)
         say(

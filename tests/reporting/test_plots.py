@@ -109,16 +109,6 @@ def test_cli_prints_the_page_and_refuses_a_directory_without_metrics(tmp_path, c
     tb.reset()
 
 
-@pytest.fixture(scope="module")
-def smoke_run(prefect_harness, tiny_config, tmp_path_factory):
-    """A real run of the train flow (the smoke preset: two iterations), in this process."""
-    from spotrl.flows import train as train_module
-
-    run_dir = tmp_path_factory.mktemp("smoke-run")
-    train_module.train(config=tiny_config, run_dir=str(run_dir))
-    return run_dir
-
-
 @pytest.mark.slow
 def test_report_and_tensorboard_of_a_real_run(smoke_run):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
