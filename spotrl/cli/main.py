@@ -165,6 +165,9 @@ def main(argv: list[str] | None = None) -> int:
             "simulate": _simulate,
             "verify": _verify,
         }[args.command](args)
+    except BrokenPipeError:  # `spotrl simulate | head`: the reader left; no traceback, and none at exit's flush
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # as a shell reports a command killed by SIGPIPE
     except Exception as err:  # noqa: BLE001 - the CLI turns known errors into one clear line
         from spotrl.storage.failures import EXIT_ENVIRONMENT, environment_failure
 

@@ -44,3 +44,15 @@ def test_every_run_directory_command_names_a_missing_run(capsys, tmp_path, comma
         a.replace("OUT", str(tmp_path / "o")) for a in command[1:]
     ]
     assert str(tmp_path / "none") in _error(capsys, *argv)
+
+
+def test_output_into_a_closed_pipe_ends_without_a_traceback():
+    """`spotrl simulate | true`: the reader is gone before the table is printed; the command ends
+    quietly with 141, as a shell reports SIGPIPE (a BrokenPipeError traceback before)."""
+    import subprocess
+    import sys
+
+    shell = f"{sys.executable} -m spotrl simulate | true; echo ${{PIPESTATUS[0]}} >&2"
+    done = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, timeout=300)
+    assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == "141"
