@@ -54,6 +54,12 @@ def _parser() -> argparse.ArgumentParser:
         "(default 25; spot VMs get about 30 s of notice)",
     )
 
+    sub.add_parser(
+        "follow",
+        help="a process other than 0 of a multi-host trainer: run the trainer's stages process 0 announces "
+        "(SPOTRL_NUM_PROCESSES, SPOTRL_PROCESS_ID, SPOTRL_COORDINATOR_ADDRESS or SPOTRL_DISTRIBUTED=auto)",
+    )
+
     ev = sub.add_parser("eval", help="pass@1 and pass@k of the newest published weights")
     ev.add_argument("--run-dir", required=True)
     ev.add_argument("--json", action="store_true", help="print one JSON object")
@@ -157,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return {
             "train": _train,
+            "follow": _follow,
             "eval": _eval,
             "digest": _digest,
             "export": _export,
@@ -181,21 +188,27 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_ENVIRONMENT
 
         from spotrl.config import ConfigError
+        from spotrl.distributed import DistributedError
         from spotrl.flows.rundir import RunDirError
         from spotrl.model.hf.config import CheckpointError as ModelCheckpointError
         from spotrl.storage.checkpoints import CheckpointError
         from spotrl.storage.weights import WeightStoreError
 
-        if isinstance(err, (ConfigError, RunDirError, WeightStoreError, CheckpointError, ModelCheckpointError)):
+        known = (ConfigError, RunDirError, WeightStoreError, CheckpointError, ModelCheckpointError, DistributedError)
+        if isinstance(err, known):
             print(f"spotrl: error: {err}", file=sys.stderr)
             return 2
         raise
 
 
 def _train(args) -> int:
+    from spotrl import distributed
     from spotrl.configs import load_config
 
+    distributed.initialize()  # before any JAX computation; a no-op for one process
     config = load_config(args.config, args.overrides)  # bad config fails before Prefect starts
+    if not distributed.is_primary():  # every host runs the same command; process 0 drives the run
+        return _follow(args)
     if config.model.path:  # so does a bad checkpoint (headers only, no tensor data read)
         from spotrl.model.hf.loader import check_checkpoint
 
@@ -227,6 +240,23 @@ def _train(args) -> int:
     from spotrl.flows.artifacts import summary_table
 
     print(summary_table(result))
+    return 0
+
+
+def _follow(args) -> int:
+    """Run the trainer stages process 0's flow announces (spotrl/tasks/spmd.py) until it stops."""
+    from spotrl import distributed
+    from spotrl.distributed import DistributedError
+    from spotrl.tasks import spmd, stages  # noqa: F401 - importing the stages registers them
+
+    if distributed.initialize() is None:
+        raise DistributedError(
+            "spotrl follow: not a multi-process run (set SPOTRL_NUM_PROCESSES, SPOTRL_PROCESS_ID and "
+            "SPOTRL_COORDINATOR_ADDRESS, or SPOTRL_DISTRIBUTED=auto)"
+        )
+    if distributed.is_primary():
+        raise DistributedError("spotrl follow: this is process 0, which runs the flow (`spotrl train`)")
+    spmd.follow()
     return 0
 
 

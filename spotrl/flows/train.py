@@ -16,6 +16,7 @@ import time
 from prefect import flow, unmapped
 from prefect.utilities.annotations import quote
 
+from spotrl import distributed
 from spotrl.config import RunConfig
 from spotrl.configs import resolve, with_preset
 from spotrl.curation.curriculum import estimate_iteration
@@ -29,7 +30,7 @@ from spotrl.model.compiles import compile_count
 from spotrl.reporting.plots import make_report
 from spotrl.reporting.tensorboard import sync_tensorboard
 from spotrl.storage.paths import AnyPath, as_path
-from spotrl.tasks import stages
+from spotrl.tasks import spmd, stages
 from spotrl.tasks.context import get_context
 from spotrl.tasks.runlog import say
 
@@ -84,6 +85,7 @@ def train(
             "not resubmitting: look at why the previous attempts crashed"
         )
     started = time.perf_counter()
+    distributed.initialize()  # a multi-host trainer: before any JAX computation (process 0 runs this flow)
     # a deployment's config did not go through the loader: the preset under it, completed from model.path
     config = resolve(with_preset(preset, config))
     run_path = rundir.prepare(run_dir, config)
@@ -92,6 +94,7 @@ def train(
         PreemptionGuard(preemption_grace_seconds) as guard,
         rollout_task_runner(config) as runner,
         RolloutFleet(config, run_path, runner) as fleet,
+        spmd.leading(),
     ):
         result = _run(config, run_path, guard, runner, as_given=run_dir, fleet=fleet)
     result = {**result, "seconds": time.perf_counter() - started}

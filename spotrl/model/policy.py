@@ -14,6 +14,7 @@ import jax
 import numpy as np
 from flax import nnx
 
+from spotrl import distributed
 from spotrl.config import ModelConfig
 from spotrl.model.transformer import Transformer
 
@@ -60,11 +61,20 @@ class Policy:
             nnx.replace_by_pure_dict(self.init_state, params)
         # parameters laid out over several devices (model.mesh): keep every later copy in that layout
         self.sharded = any(len(x.sharding.device_set) > 1 for x in jax.tree.leaves(self.init_state))
+        # ... over the devices of several processes (a multi-host trainer): see to_state
+        self.spans_processes = any(distributed.spans_processes(x) for x in jax.tree.leaves(self.init_state))
 
     def to_state(self, params: dict) -> nnx.State:
-        """Host (or device) arrays as State; on a mesh, each array goes where the initial one lives."""
+        """Host (or device) arrays as State; on a mesh, each array goes where the initial one lives.
+
+        When the trainer's mesh spans processes, pulled weights go to this process's first device
+        instead: rollouts and evaluations run in one process (process 0's flow), and a computation
+        on the global mesh would wait for processes that are not running it."""
         state = jax.tree.map(lambda x: x, self.init_state)
-        if self.sharded:
+        if self.spans_processes:
+            local = jax.local_devices()[0]
+            placed = jax.tree.map(lambda x: jax.device_put(np.asarray(x), local), params)
+        elif self.sharded:
             placed = jax.tree.map(lambda x, t: jax.device_put(x, t.sharding), params, nnx.to_pure_dict(self.init_state))
         else:
             placed = jax.tree.map(jax.numpy.asarray, params)
@@ -78,11 +88,14 @@ class Policy:
             return tree
         mesh = next(x.sharding.mesh for x in jax.tree.leaves(self.init_state) if len(x.sharding.device_set) > 1)
         replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
-        return jax.tree.map(lambda x: x if len(x.sharding.device_set) > 1 else jax.device_put(x, replicated), tree)
+        # a process cannot device_put onto other processes' devices: each fills its own from the same value
+        put = distributed.put_global if self.spans_processes else jax.device_put
+        return jax.tree.map(lambda x: x if len(x.sharding.device_set) > 1 else put(x, replicated), tree)
 
     @staticmethod
     def to_pure(state: nnx.State) -> dict:
-        return jax.tree.map(np.asarray, nnx.to_pure_dict(state))
+        """Host arrays. Parameters spanning processes are gathered: a collective, every process calls it."""
+        return distributed.to_host(nnx.to_pure_dict(state))
 
     def template(self) -> dict:
         return nnx.to_pure_dict(self.init_state)

@@ -14,6 +14,13 @@ but against gcp-storage-emulator its OCDBT manifest writes fail now and then ("M
 StorageGeneration"; the emulator ignores the generation preconditions OCDBT's manifest relies on),
 and without OCDBT a save is 2.7x slower. Staging keeps one tested path for every object store, with
 the same seal: the checksums are computed on the uploaded objects, so the seal also proves the upload.
+
+A trainer over several processes (spotrl/distributed.py): every process calls `save` and `restore`
+with the same arguments (orbax synchronises them; each process writes and reads the shards on its own
+devices, process 0 the metadata and the commit), so the run directory must be storage every host
+sees. On an object store orbax then writes gs:// itself (tensorstore), without staging: a local
+staging directory would only hold this process's shards. That path is not exercised by the tests
+(the emulator's caveat above). Sealing and pruning are process 0's alone (the checkpoint stage).
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from pathlib import Path
 import jax
 import orbax.checkpoint as ocp
 
+from spotrl import distributed
 from spotrl.faults import failpoint
 from spotrl.storage.atomic import atomic_write_json, sha256_file
 from spotrl.storage.paths import AnyPath, RemotePath, as_path, download_tree, files_under, remove, upload_tree
@@ -45,6 +53,8 @@ class CheckpointStore:
     def __init__(self, root: str | AnyPath, keep: int = 3):
         self.root = as_path(root)
         self.remote = isinstance(self.root, RemotePath)
+        # staging through a local copy works for one process only (see the module's docstring)
+        self.staged = self.remote and distributed.process_count() == 1
         self.keep = keep
         self._checkpointer = ocp.Checkpointer(ocp.CompositeCheckpointHandler())
 
@@ -90,15 +100,16 @@ class CheckpointStore:
                     ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(metadata)),
                     force=True,
                 )
-                if self.remote:
+                if self.staged:
                     upload_tree(local, path, last=COMMIT_MARKER)
         return path
 
     @contextlib.contextmanager
     def _staged(self, path: AnyPath):
-        """Where orbax reads or writes `path`: itself when local, a temporary local copy when remote."""
-        if not self.remote:
-            yield path
+        """Where orbax reads or writes `path`: itself when local, a temporary local copy when remote
+        (the URL itself when several processes share the checkpoint)."""
+        if not self.staged:
+            yield path if not self.remote else str(path)
             return
         staging = Path(tempfile.mkdtemp(prefix="spotrl-checkpoint-"))
         try:
@@ -138,9 +149,9 @@ class CheckpointStore:
         """The state shaped like `template` (a pytree of arrays or ShapeDtypeStructs) and the metadata."""
         abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, template)
         with self._staged(self.path(iteration)) as local:
-            if self.remote:
+            if self.staged:
                 download_tree(self.path(iteration), local)
-            self.verify(iteration, copy=local)  # the bytes checked are the bytes orbax reads
+            self.verify(iteration, copy=local if self.staged else None)  # the bytes checked are the bytes orbax reads
             restored = self._checkpointer.restore(
                 local,
                 ocp.args.Composite(state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore()),

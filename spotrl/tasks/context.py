@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from spotrl import distributed
 from spotrl.config import RunConfig
 from spotrl.curation.store import load_split
 from spotrl.model.critic import Critic
@@ -148,10 +149,13 @@ class RunContext:
         with self._pull_lock:
             if version not in self.pulled:
                 self.weights.wait_for(version, timeout=self.config.rollout.pull_timeout_seconds)
-                self.weights.hold(version, self.worker_id)  # retention keeps it while this worker uses it
+                leases = distributed.is_primary()  # the other processes of a multi-host trainer write nothing
+                if leases:
+                    self.weights.hold(version, self.worker_id)  # retention keeps it while this worker uses it
                 params = self.weights.load(version, self.policy.template())
                 for evicted in self.pulled.put(version, self.policy.to_state(params)):
-                    self.weights.release(evicted, self.worker_id)
+                    if leases:
+                        self.weights.release(evicted, self.worker_id)
             return self.pulled[version]
 
 

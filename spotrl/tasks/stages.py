@@ -16,6 +16,7 @@ import pandas as pd
 from prefect import task
 from prefect.cache_policies import INPUTS, TASK_SOURCE, CacheKeyFnPolicy
 
+from spotrl import distributed
 from spotrl.config import RunConfig
 from spotrl.curation import curriculum, rundata
 from spotrl.curation.batches import rollout_rows
@@ -33,6 +34,7 @@ from spotrl.storage.lease import worker_id
 from spotrl.storage.rollouts import read_shard, write_shard
 from spotrl.tasks import runlog
 from spotrl.tasks.context import get_context
+from spotrl.tasks.spmd import on_every_process
 
 _PERMANENT_OS_ERRORS = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)
 
@@ -75,6 +77,7 @@ def curate(config: RunConfig, run_dir: str) -> dict:
 
 
 @task(name="warm-start", **STAGE_OPTIONS)
+@on_every_process
 def warm_start(config: RunConfig, run_dir: str, data: dict) -> dict:
     """Supervised warm start; writes the iteration-0 train state (fresh optimizer for RL)."""
     ctx = get_context(run_dir, config)
@@ -198,6 +201,7 @@ def reward(config: RunConfig, run_dir: str, rollouts: dict) -> dict:
 
 
 @task(name="update", task_run_name="update-i{iteration:04d}", **STAGE_OPTIONS)
+@on_every_process
 def update(config: RunConfig, run_dir: str, iteration: int, previous: dict, scored: list[dict]) -> dict:
     """One policy update on the iteration's scored rollouts; saves the new train state (orbax)."""
     ctx = get_context(run_dir, config)
@@ -255,12 +259,18 @@ def checkpoint(config: RunConfig, run_dir: str, updated: dict) -> dict:
 
 
 @task(name="publish", task_run_name="publish-i{sealed[iteration]:04d}", **STAGE_OPTIONS)
+@on_every_process
 def publish(config: RunConfig, run_dir: str, sealed: dict) -> dict:
-    """Publish the checkpoint's parameters as weight version == iteration; flips LATEST."""
+    """Publish the checkpoint's parameters as weight version == iteration; flips LATEST.
+
+    Over several processes all of them gather the parameters (a collective), and process 0 writes."""
     ctx = get_context(run_dir, config)
     iteration = sealed["iteration"]
     state = ctx.train_state(iteration, consume=False)
-    ctx.weights.publish(iteration, ctx.policy.to_pure(state["params"]), {"checkpoint": sealed["uri"]})
+    params = ctx.policy.to_pure(state["params"])
+    if not distributed.is_primary():
+        return {}
+    ctx.weights.publish(iteration, params, {"checkpoint": sealed["uri"]})
     return ctx.weights.ref(iteration)
 
 

@@ -282,7 +282,19 @@ def build_policy(cfg: ModelConfig, seed: int, builtin_tokenizer=None):
     """(Policy, tokenizer): a random built-in model with `builtin_tokenizer` (the CharTokenizer when not
     given), or the checkpoint at `cfg.path` with its own tokenizer."""
     if not cfg.path:
-        return Policy(cfg, init_seed=seed), builtin_tokenizer or CharTokenizer()
+        policy = Policy(cfg, init_seed=seed)
+        placement = mesh_sharding(cfg)
+        if placement is not None:  # model.mesh: the same initial values, laid out as a checkpoint's would be
+            # (every process initialises the same values; each fills the shards on its own devices)
+            host = jax.tree.map(np.asarray, policy.template())
+            params = jax.tree_util.tree_map_with_path(
+                lambda key, x: jax.make_array_from_callback(
+                    x.shape, placement(sharding.path_string(key)), lambda index, x=x: x[index]
+                ),
+                host,
+            )
+            policy = Policy(cfg, params=params)
+        return policy, builtin_tokenizer or CharTokenizer()
     tokenizer = check_checkpoint(cfg)
     params = load_params(cfg.path, cfg, sharding=mesh_sharding(cfg))
     return Policy(cfg, params=params), tokenizer
