@@ -209,17 +209,59 @@ def _registered(*kinds: str):
     return Annotated[str, AfterValidator(check), Field(json_schema_extra=lambda schema: schema.update(enum=known()))]
 
 
+class ReasoningGymDatasetConfig(_Section):
+    """One reasoning-gym generator (checked against reasoning-gym's registry when the run's problem
+    is `reasoning_gym`: spotrl/problems/reasoning_gym.py)."""
+
+    name: str = Field(description="a reasoning-gym dataset, e.g. countdown, chain_sum, leg_counting")
+    weight: float = Field(1.0, gt=0, description="its share of the generated prompts")
+    options: dict[str, Any] = Field(
+        default_factory=dict, description="generator options: fields of the dataset's config, e.g. {max_numbers: 4}"
+    )
+
+    def __hash__(self) -> int:  # hashable like the run config (`options` is a dict)
+        return hash(json.dumps(self.model_dump(mode="json"), sort_keys=True))
+
+
+class ReasoningGymConfig(_Section):
+    datasets: tuple[ReasoningGymDatasetConfig, ...] = Field(
+        (), description="problem.name reasoning_gym: the generators prompts are drawn from, mixed by weight"
+    )
+
+
+class CountdownConfig(_Section):
+    """The built-in no-label task: given numbers and a target, an expression using each number once."""
+
+    numbers: int = Field(3, ge=2, le=6, description="numbers per instance (each used exactly once)")
+    min_value: int = Field(1, ge=1, description="smallest number")
+    max_value: int = Field(9, ge=1, description="largest number")
+    min_target: int = Field(1, ge=1, description="smallest target")
+    max_target: int = Field(99, ge=1, description="largest target")
+
+    @model_validator(mode="after")
+    def _ranges(self):
+        if self.min_value > self.max_value:
+            raise ValueError(f"min_value ({self.min_value}) > max_value ({self.max_value})")
+        if self.min_target > self.max_target:
+            raise ValueError(f"min_target ({self.min_target}) > max_target ({self.max_target})")
+        return self
+
+
 class ProblemConfig(_Section):
     name: _registered("problem") = Field(
         "arithmetic",
-        description="a problem in spotrl.problems: the verifier and "
-        "tokenizer; built-in prompts for arithmetic and code, curation.sources for any",
+        description="a problem in spotrl.problems: the verifier and tokenizer; built-in prompts for "
+        "arithmetic, code and countdown, generated ones for reasoning_gym, curation.sources for any",
     )
     train_size: int = Field(20000, gt=0, description="built-in problems: training prompts generated from the seed")
     eval_size: int = Field(400, gt=0, description="built-in problems: held-out prompts (never trained on)")
     min_digits: int = Field(2, ge=1, le=4, description="arithmetic: fewest digits per operand")
     max_digits: int = Field(4, ge=1, le=4, description="arithmetic: most digits per operand")
     verify_workers: int = Field(1, gt=0, description="verifier calls in parallel per reward task (sandboxed code: >1)")
+    reasoning_gym: ReasoningGymConfig = Field(
+        ReasoningGymConfig(), description="problem.name reasoning_gym: its datasets and generator options"
+    )
+    countdown: CountdownConfig = Field(CountdownConfig(), description="problem.name countdown: instance sizes")
 
     @model_validator(mode="after")
     def _digits(self):

@@ -39,6 +39,7 @@ class CurateOptions:
     weights: dict = field(default_factory=dict)  # source name -> weight; empty: keep every row
     require: str | None = None  # the field a training problem's verifier needs ("answer" or "tests")
     alphabet: str | None = None  # the characters its tokenizer encodes; rows with others are quarantined
+    reference_is_text: bool = True  # the answer is checked against the alphabet too (not a JSON reference)
 
 
 def curate(
@@ -64,7 +65,7 @@ def curate(
 
     per_source, goods, quarantines, reasons = {}, [], [], {}
     for raw in raws:
-        good, bad, kinds = canonicalize(raw, options.require, options.alphabet)
+        good, bad, kinds = canonicalize(raw, options.require, options.alphabet, options.reference_is_text)
         goods.append(good)
         quarantines.append(bad.assign(role="train"))
         for kind, n in kinds.items():

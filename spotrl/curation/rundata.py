@@ -1,9 +1,11 @@
 """The curated data of a run: the problem's built-in prompts, or the config's dataset sources curated.
 
-With `curation.sources` the pipeline (pipeline.py) writes its product to RUN/curation/ (canonical
-splits, removed rows, the manifest with the summary and the hash of the inputs), the rows that fail
-go to RUN/quarantine.parquet with the reason, and RUN/data gets the prompt rows the trainer reads
-(`Problem.run_rows`). The held-out split has `problem.eval_size` rows; the rest is training data.
+With `curation.sources`, or a generated problem (`Problem.generated`: reasoning_gym, countdown,
+whose rows are written as JSONL sources under RUN/curation/generated/ first), the pipeline
+(pipeline.py) writes its product to RUN/curation/ (canonical splits, removed rows, the manifest
+with the summary and the hash of the inputs), the rows that fail go to RUN/quarantine.parquet with
+the reason, and RUN/data gets the prompt rows the trainer reads (`Problem.run_rows`). The
+held-out split has `problem.eval_size` rows; the rest is training data.
 
 `inputs_sha256` is what the flow's curate task caches on, next to its inputs: the content of every
 source file, the mappings and the options, so curation re-runs when a source file changes even
@@ -12,6 +14,7 @@ though the config (which only names the file) did not.
 
 from __future__ import annotations
 
+import json
 import uuid
 from pathlib import Path
 
@@ -22,6 +25,8 @@ from spotrl.curation.schema import to_dataset
 from spotrl.curation.sources import SourceError, SourceSpec
 from spotrl.curation.store import SPLITS, save_splits
 from spotrl.problems import get_problem
+from spotrl.problems.spec import GeneratedSource
+from spotrl.storage.atomic import atomic_write_text
 from spotrl.storage.parquet import read_frame, write_frame
 from spotrl.storage.paths import as_path
 
@@ -35,20 +40,36 @@ def source_specs(curation_cfg) -> tuple[list[SourceSpec], list[SourceSpec]]:
     return [spec(s) for s in curation_cfg.sources], [spec(s) for s in curation_cfg.eval]
 
 
-def curate_options(config) -> CurateOptions:
+def curate_options(config, generated: list[GeneratedSource] = ()) -> CurateOptions:
+    """The pipeline's options for the config's sources, or for a generated problem's `generated` ones."""
     c, problem = config.curation, get_problem(config.problem.name)
-    weights = {s.name: s.weight for s in c.sources if s.weight is not None}
-    if weights:  # a source without a weight among weighted ones contributes nothing: say so by 0
-        weights = {s.name: weights.get(s.name, 0.0) for s in c.sources}
+    if generated:  # every generated row: the generator sized each source by its weight
+        weights = {}
+    else:
+        weights = {s.name: s.weight for s in c.sources if s.weight is not None}
+        if weights:  # a source without a weight among weighted ones contributes nothing: say so by 0
+            weights = {s.name: weights.get(s.name, 0.0) for s in c.sources}
     return CurateOptions(
         seed=config.seed,
         ngram=c.ngram,
         eval_size=config.problem.eval_size,
-        total=c.total,
+        total=None if generated else c.total,
         weights=weights,
         require=problem.reference_field,
         alphabet=problem.alphabet,
+        reference_is_text=problem.reference_is_text,
     )
+
+
+def write_generated(config, out) -> tuple[list[SourceSpec], list[GeneratedSource]]:
+    """A generated problem's rows (from the run's seed) as JSONL sources under `out`/generated/."""
+    generated = get_problem(config.problem.name).generated(config.problem, config.seed)
+    specs = []
+    for g in generated:
+        path = as_path(out) / "generated" / f"{g.name}.jsonl"
+        atomic_write_text(path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in g.records))
+        specs.append(SourceSpec(g.name, str(path), format="jsonl"))
+    return specs, generated
 
 
 def inputs_sha256(config) -> str | None:
@@ -80,6 +101,9 @@ def builtin_splits(problem_cfg, seed: int) -> dict:
 def prepare(config, run_dir: str | Path) -> dict:
     """Write RUN/data (and, from sources, RUN/curation and RUN/quarantine.parquet); returns a reference."""
     run_dir = as_path(run_dir)
+    if not config.curation.sources and get_problem(config.problem.name).generated is not None:
+        sources, generated = write_generated(config, run_dir / "curation")
+        return _curate_into_run(config, run_dir, sources, [], curate_options(config, generated), "problem.name")
     if not config.curation.sources:
         manifest = save_splits(run_dir / "data", builtin_splits(config.problem, config.seed))
         return {
@@ -89,19 +113,24 @@ def prepare(config, run_dir: str | Path) -> dict:
         }
 
     sources, eval_sources = source_specs(config.curation)
+    return _curate_into_run(config, run_dir, sources, eval_sources, curate_options(config), "curation.sources")
+
+
+def _curate_into_run(config, run_dir, sources, eval_sources, options: CurateOptions, key: str) -> dict:
+    """Curate `sources` into RUN/curation, RUN/quarantine.parquet and RUN/data (errors name `key`)."""
     out = run_dir / "curation"
     try:
-        summary = curate(sources, out, eval_sources, curate_options(config))
+        summary = curate(sources, out, eval_sources, options)
     except ValueError as err:
         if isinstance(err, SourceError):
             raise
         raise CurationError(
-            f"curation.sources: {err} (the held-out split takes problem.eval_size = {config.problem.eval_size} rows)"
+            f"{key}: {err} (the held-out split takes problem.eval_size = {config.problem.eval_size} rows)"
         ) from None
     write_frame(run_dir / "quarantine.parquet", read_frame(out / "quarantine.parquet"))
     if summary["train"] == 0:
         raise CurationError(
-            f"curation.sources kept no training rows of {summary['read']} read "
+            f"{key}: no training rows kept of {summary['read']} read "
             f"({summary['quarantined']} quarantined, see {run_dir / 'quarantine.parquet'})"
         )
     problem = get_problem(config.problem.name)

@@ -29,6 +29,16 @@ if TYPE_CHECKING:
 
 
 @dataclasses.dataclass(frozen=True)
+class GeneratedSource:
+    """Rows a generated problem made from the seed (as many per source as its weight asks): records
+    with id, prompt, answer (the verifier's reference) and any other fields (kept in the canonical
+    row's metadata)."""
+
+    name: str
+    records: list[dict]
+
+
+@dataclasses.dataclass(frozen=True)
 class Problem:
     name: str
     alphabet: str  # the characters the built-in model's tokenizer encodes (and curation accepts)
@@ -43,6 +53,12 @@ class Problem:
     longest_prompt: str | None = None
     # raises ValueError (naming the dotted keys) for a run config this problem cannot run with
     check_config: Callable[[RunConfig], None] | None = None
+    # (problem config, seed) -> generated sources, curated like dataset sources (quarantine, dedup,
+    # the train/held-out split, manifest); None: not a generated problem
+    generated: Callable[[ProblemConfig, int], list[GeneratedSource]] | None = None
+    # the reference is text the model could write, checked against `alphabet` by curation; False
+    # for a structured reference only the verifier reads (reasoning-gym's entry JSON)
+    reference_is_text: bool = True
 
     def tokenizer(self) -> CharTokenizer:
         """The built-in model's tokenizer for this problem."""

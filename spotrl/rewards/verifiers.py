@@ -1,4 +1,5 @@
-"""Verifiers, in a registry keyed by name: exact reversed digits, math answers, code in a sandbox.
+"""Verifiers, in a registry keyed by name: exact reversed digits, math answers, code in a sandbox,
+reasoning-gym's scoring functions.
 
 A problem (`spotrl.problems.Problem.verifier`) names the one that checks its completions."""
 
@@ -38,6 +39,15 @@ def code_tests(completion: str, stopped: bool, tests: str) -> float:
     from spotrl.rewards.code import code_reward
 
     return code_reward(completion, stopped, tests)
+
+
+@VERIFIERS.register("reasoning_gym")
+def reasoning_gym_score(completion: str, stopped: bool, reference: str) -> float:
+    """1.0 when the dataset's own score_answer gives the answer full marks; the reference is the JSON
+    {dataset, options, entry} (`ScorerError` if the scorer times out or fails: never 0 for that)."""
+    from spotrl.rewards.rgym import rgym_reward
+
+    return rgym_reward(completion, stopped, reference)
 
 
 def get_verifier(name: str) -> Verifier:

@@ -12,12 +12,12 @@ from spotrl.rewards.verifiers import VERIFIERS
 
 
 def test_the_builtin_problems_are_registered():
-    assert PROBLEMS.names() == ["arithmetic", "code", "math"]
+    assert PROBLEMS.names() == ["arithmetic", "code", "countdown", "math", "reasoning_gym"]
     assert registry("problem") is PROBLEMS
     assert get_problem("code") is PROBLEMS["code"]
 
 
-@pytest.mark.parametrize("name", ["arithmetic", "code", "math"])
+@pytest.mark.parametrize("name", ["arithmetic", "code", "countdown", "math", "reasoning_gym"])
 def test_problem_spec_is_consistent(name):
     problem = PROBLEMS[name]
     assert isinstance(problem, Problem) and problem.name == name
@@ -31,6 +31,8 @@ def test_problem_spec_is_consistent(name):
     if name == "arithmetic":  # the default run's problem fits the default model
         assert tok.vocab_size <= RunConfig().model.vocab_size
         assert type(tok) is CharTokenizer
+    elif name == "countdown":  # zero-padded prompts of one length
+        assert type(tok) is CharTokenizer and problem.generated is not None
     else:
         assert isinstance(tok, BucketedCharTokenizer)
 
@@ -52,7 +54,7 @@ def test_builtin_splits_and_targets():
 @pytest.mark.parametrize(
     "override, key, known",
     [
-        ("problem.name=poetry", "problem.name", "['arithmetic', 'code', 'math']"),
+        ("problem.name=poetry", "problem.name", "['arithmetic', 'code', 'countdown', 'math', 'reasoning_gym']"),
         ("algorithm.advantage=ppo_v9", "algorithm.advantage", "'gae', 'grpo'"),
         ("algorithm.aggregation=sum", "algorithm.aggregation", "'token_mean'"),
         ("algorithm.kl.estimator=k4", "algorithm.kl.estimator", "['k1', 'k2', 'k3']"),
