@@ -660,7 +660,7 @@ class RunConfig(_Section):
 
 
 # keys added after runs existed, in the order they came: see RunConfig.digest
-ADDED_KEYS = ("rollout.workers", "fleet")
+ADDED_KEYS = ("rollout.workers", "fleet", "problem.reasoning_gym", "problem.countdown")
 
 
 class ConfigError(ValueError):
