@@ -450,6 +450,13 @@ class ValueConfig(_Section):
     learning_rate: float = Field(1e-3, gt=0, description="learning rate of a separate critic")
 
 
+class RFTConfig(_Section):
+    """Rejection-sampling fine-tuning (`algorithm.name: rft`, spotrl/rl/rft.py): the supervised step
+    on the iteration's verified completions, `epochs` passes in batches of the RL minibatch's size."""
+
+    min_reward: float = Field(1.0, description="keep a completion whose verifier reward is >= this (1: correct)")
+
+
 # Each preset is only a choice of parts. The field defaults of AlgorithmConfig are GRPO's (with the
 # token-mean aggregation verl and DAPO use); a preset overrides some of them, and any key set
 # explicitly in a config file or with --set overrides the preset.
@@ -461,6 +468,7 @@ ALGORITHM_PRESETS: dict[str, dict] = {
     "reinforce_pp": {"advantage": "reinforce_pp", "kl": {"coef": 0.01, "estimator": "k1", "in_reward": True}},
     "gspo": {"ratio_level": "sequence", "clip_low": 3e-4, "clip_high": 4e-4, "aggregation": "seq_mean_token_mean"},
     "ppo": {"advantage": "gae", "value": {"head": "shared"}},
+    "rft": {},  # not a policy gradient: of the parts, only rft, epochs and minibatches apply
 }
 ALGORITHMS = tuple(ALGORITHM_PRESETS)  # the names `algorithm.name` accepts
 
@@ -474,7 +482,9 @@ def _merge(base: dict, override: dict) -> dict:
 
 class AlgorithmConfig(_Section):
     name: Literal[ALGORITHMS] = Field(
-        "grpo", description="preset of the parts below: grpo, dr_grpo, dapo, rloo, reinforce_pp, gspo or ppo"
+        "grpo",
+        description="preset of the parts below: grpo, dr_grpo, dapo, rloo, reinforce_pp, gspo or ppo; "
+        "or rft (rejection-sampling fine-tuning, the supervised step on the verified completions)",
     )
     advantage: _registered("advantage estimator", "per-token advantage estimator") = Field(
         "grpo", description="advantage estimator (spotrl/rl/advantages.py)"
@@ -497,6 +507,7 @@ class AlgorithmConfig(_Section):
     dynamic_sampling: DynamicSamplingConfig = Field(DynamicSamplingConfig(), description="DAPO's dynamic sampling")
     overlong: OverlongConfig = Field(OverlongConfig(), description="DAPO's soft overlong penalty")
     value: ValueConfig = Field(ValueConfig(), description="PPO's critic")
+    rft: RFTConfig = Field(RFTConfig(), description="rejection-sampling fine-tuning (name rft)")
     importance_cap: float = Field(
         2.0,
         gt=0,
@@ -518,6 +529,14 @@ class AlgorithmConfig(_Section):
         if isinstance(data, dict) and data.get("name", "grpo") in ALGORITHM_PRESETS:
             return _merge(ALGORITHM_PRESETS[data.get("name", "grpo")], data)
         return data
+
+    @model_validator(mode="after")
+    def _rft_parts(self):
+        if self.name == "rft" and (self.value.head != "none" or self.kl.coef > 0):
+            raise ValueError(
+                "name 'rft' takes value.head 'none' and kl.coef 0 (it trains with the supervised loss only)"
+            )
+        return self
 
     @model_validator(mode="after")
     def _parts_fit(self):
@@ -660,7 +679,7 @@ class RunConfig(_Section):
 
 
 # keys added after runs existed, in the order they came: see RunConfig.digest
-ADDED_KEYS = ("rollout.workers", "fleet", "problem.reasoning_gym", "problem.countdown")
+ADDED_KEYS = ("rollout.workers", "fleet", "problem.reasoning_gym", "problem.countdown", "algorithm.rft")
 
 
 class ConfigError(ValueError):

@@ -258,9 +258,14 @@ def _run(
         fleet.record(iteration, metrics)
         rundir.write_record(run_path, "metrics", iteration, metrics)
         _tensorboard(root)
+        # rft: no loss when nothing verified (no step), and the share of the rollouts it kept
+        loss = f"{metrics['loss']:+.4f}" if "loss" in metrics else "   none"
+        update = (
+            f"kept {metrics['kept_fraction']:.3f}" if "kept_fraction" in metrics else f"clip {metrics['clip_frac']:.3f}"
+        )
         say(
             f"iteration {iteration:>4}/{config.iterations}  reward {metrics['reward_mean']:.3f}  "
-            f"loss {metrics['loss']:+.4f}  clip {metrics['clip_frac']:.3f}  "
+            f"loss {loss}  {update}  "
             f"{metrics['tokens_per_s']:,.0f} tok/s  {metrics['seconds']:.2f}s"
         )
         if eval_due(config, iteration):

@@ -14,6 +14,7 @@ import numpy as np
 from spotrl.model.sequences import completion_mask, join
 from spotrl.rl.batch import TrainingBatch
 from spotrl.rl.importance import importance_statistics, truncated_weights
+from spotrl.rl.rft import rft_update
 from spotrl.rl.train_step import build_rl_step, build_scoring_fn, loss_spec
 from spotrl.rl.update import advantage_spec, policy_update
 from spotrl.rl.warmstart import pretrained_start, supervised_warm_start
@@ -36,7 +37,10 @@ def update_on_batch(
     """(the train state after the update, its metrics with the alignment statistics) for `batch`.
 
     `reference_params`: the KL reference policy's weights, or None without a KL term.
+    `algorithm.name: rft` is not a policy-gradient update: the supervised step on the verified rows.
     """
+    if config.algorithm.name == "rft":
+        return rft_update(config, iteration, state, batch, tokenizer=tokenizer, graphdef=graphdef, optimizer=optimizer)
     a, r, frame = config.algorithm, config.rollout, batch.frame
     prompt_tokens, prompt_valid = tokenizer.encode_batch_left_padded(frame["prompt"].tolist())
     tokens, lengths = np.stack(frame["tokens"].to_numpy()), frame["length"].to_numpy()

@@ -51,6 +51,9 @@ def test_preset_raises_mean_reward(name, warm_start_run, tmp_path):
         assert max(m["logprob_max_abs_diff"] for m in metrics) < 1e-4
         assert all(abs(m["importance_ratio_mean"] - 1) < 1e-5 and m["staleness"] == 0 for m in metrics)
     keys = metrics[-1].keys()
+    if name == "rft":  # the supervised step on the verified samples: no ratio, no advantage
+        assert {"loss", "kept_fraction", "kept_rows"} <= keys and "clip_frac" not in keys
+        return
     assert {"loss", "clip_frac_low", "clip_frac_high", "entropy", "advantage_mean", "advantage_std"} <= keys
     if name == "ppo":
         assert {"value_loss", "explained_variance"} <= keys
