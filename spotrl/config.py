@@ -489,13 +489,22 @@ class AlgorithmConfig(_Section):
     advantage: _registered("advantage estimator", "per-token advantage estimator") = Field(
         "grpo", description="advantage estimator (spotrl/rl/advantages.py)"
     )
-    advantage_eps: float = Field(1e-4, gt=0, description="added to the group's reward std before dividing")
+    advantage_eps: float = Field(
+        1e-4, gt=0, description="added to the std before dividing: A = (r - mean) / (std + eps) (TRL's 1e-4)"
+    )
+    advantage_std: Literal["sample", "population"] = Field(
+        "sample",
+        description="the std advantages are divided by (GRPO's group std, REINFORCE++ and PPO's batch std): "
+        "sample (ddof 1, as verl and TRL) or population (ddof 0)",
+    )
     ratio_level: Literal["token", "sequence"] = Field(
         "token", description="importance ratio per token, or one per sequence (GSPO)"
     )
     clip_low: float = Field(0.2, gt=0, lt=1, description="ratio clipped below at 1 - clip_low")
     clip_high: float = Field(0.2, gt=0, description="ratio clipped above at 1 + clip_high (DAPO: clip-higher)")
-    dual_clip: float | None = Field(None, gt=1, description="objective bounded below by dual_clip * A for A < 0")
+    dual_clip: float | None = Field(
+        3.0, gt=1, description="objective bounded below by dual_clip * A for A < 0 (verl's default 3; null: off)"
+    )
     aggregation: _registered("loss aggregation") = Field(
         "token_mean", description="how token losses become the loss (spotrl/rl/losses.py)"
     )

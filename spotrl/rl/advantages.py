@@ -2,22 +2,24 @@
 
 Sequence-level estimators live in `ADVANTAGE_ESTIMATORS`, keyed by name, all with one signature:
 
-    estimator(rewards [groups, G], eps=...) -> advantages [groups, G]
+    estimator(rewards [groups, G], eps=..., ddof=...) -> advantages [groups, G]
 
-where row g holds the G sampled completions of one prompt. `eps` is accepted by every estimator
-(so a config can pass it blindly) and used only by those that divide by a standard deviation.
+where row g holds the G sampled completions of one prompt. `eps` and `ddof` are accepted by every
+estimator (so a config can pass them blindly) and used only by those that divide by a standard
+deviation: x / (std + eps), std with `ddof` delta degrees of freedom (1: the sample std, as verl
+and TRL; 0: the population std). Every estimator that divides by a std uses this one convention.
 
-Token-level estimators, for rewards that live on tokens (PPO's GAE, REINFORCE++ with a per-token
-KL reward), live in `PER_TOKEN_ADVANTAGE_ESTIMATORS`, with one signature:
+Token-level estimators, for rewards that live on tokens (PPO's GAE, REINFORCE++ with or without a
+per-token KL reward), live in `PER_TOKEN_ADVANTAGE_ESTIMATORS`, with one signature:
 
-    estimator(rewards [B], mask [B, N], *, group_size, kl=None, kl_coef=0.0, values=None, gamma, lam)
-        -> (advantages [B, N], value targets [B, N] or None)
+    estimator(rewards [B], mask [B, N], *, group_size, kl=None, kl_coef=0.0, values=None, gamma, lam,
+              eps, ddof) -> (advantages [B, N], value targets [B, N] or None)
 
 where `kl` [B, N] (times `kl_coef`) is subtracted from the per-token rewards and `values` are the
 critic's (GAE only). The helpers they are made of follow, with the convention that `mask` [B, N]
 marks the completion tokens that are actions; masked positions are skipped, never treated as time
-steps. An advantage name is one of either registry ("gae" only has a per-token form); the config's
-`algorithm.advantage` accepts the names of both.
+steps. An advantage name is in one of the two registries (GAE and REINFORCE++ have only a per-token
+form); the config's `algorithm.advantage` accepts the names of both.
 """
 
 from __future__ import annotations
@@ -36,69 +38,58 @@ PER_TOKEN_ADVANTAGE_ESTIMATORS: Registry[Callable[..., tuple[jax.Array, jax.Arra
 )
 
 
+def std(x: jax.Array, axis=None, ddof: int = 1, weights: jax.Array | None = None, keepdims: bool = False):
+    """Standard deviation with `ddof` delta degrees of freedom over the entries where `weights`
+    (0/1, default all) is set: sqrt(sum w (x - mean)^2 / (n - ddof)), n = sum w.
+
+    n <= ddof (a single entry with ddof 1) gives 0 rather than NaN: the entries then equal their
+    mean, so x - mean is 0 and the normalised advantage is 0, as for a unanimous group.
+    """
+    w = jnp.ones_like(x) if weights is None else weights.astype(x.dtype)
+    n = w.sum(axis=axis, keepdims=True)
+    mean = (x * w).sum(axis=axis, keepdims=True) / jnp.maximum(n, 1.0)
+    var = (jnp.square(x - mean) * w).sum(axis=axis, keepdims=True) / jnp.maximum(n - ddof, 1.0)
+    out = jnp.sqrt(var)
+    return out if keepdims else jnp.squeeze(out, axis=axis)
+
+
 @ADVANTAGE_ESTIMATORS.register("grpo")
-def group_normalized_advantages(rewards: jnp.ndarray, eps: float = 1e-4) -> jnp.ndarray:
+def group_normalized_advantages(rewards: jnp.ndarray, eps: float = 1e-4, ddof: int = 1) -> jnp.ndarray:
     """GRPO: (r - mean(group)) / (std(group) + eps) for rewards [groups, group_size].
 
-    The population standard deviation (ddof=0) is used; a group whose rewards are all equal gets
-    advantage 0 for every sample.
+    ddof=1 (default) is the sample std, as verl (`torch.std`, eps 1e-6) and TRL (eps 1e-4) use;
+    ddof=0, the population std, gives advantages smaller by sqrt((G-1)/G) (0.71 at G = 2, 0.94 at
+    G = 8). A group whose rewards are all equal gets advantage 0 for every sample.
     """
     mean = rewards.mean(axis=-1, keepdims=True)
-    std = rewards.std(axis=-1, keepdims=True)
-    return (rewards - mean) / (std + eps)
+    return (rewards - mean) / (std(rewards, axis=-1, ddof=ddof, keepdims=True) + eps)
 
 
 @ADVANTAGE_ESTIMATORS.register("dr_grpo")
-def group_centered_advantages(rewards: jnp.ndarray, eps: float = 1e-4) -> jnp.ndarray:
-    """Dr.GRPO: r - mean(group), with no division by the group's std (`eps` is unused).
+def group_centered_advantages(rewards: jnp.ndarray, eps: float = 1e-4, ddof: int = 1) -> jnp.ndarray:
+    """Dr.GRPO: r - mean(group), with no division by the group's std (`eps`, `ddof` unused).
 
     Dividing by std up-weights prompts that are nearly always solved or nearly always failed
     (a question-difficulty bias); Liu et al. 2025, "Understanding R1-Zero-Like Training".
     """
-    del eps
+    del eps, ddof
     return rewards - rewards.mean(axis=-1, keepdims=True)
 
 
 @ADVANTAGE_ESTIMATORS.register("rloo")
-def leave_one_out_advantages(rewards: jnp.ndarray, eps: float = 1e-4) -> jnp.ndarray:
-    """RLOO: r_i - mean of the other G-1 rewards of the group (`eps` is unused).
+def leave_one_out_advantages(rewards: jnp.ndarray, eps: float = 1e-4, ddof: int = 1) -> jnp.ndarray:
+    """RLOO: r_i - mean of the other G-1 rewards of the group (`eps`, `ddof` unused).
 
     The baseline excludes the sample itself, so it is independent of that sample and the
     estimator stays unbiased (Kool et al. 2019; Ahmadian et al. 2024, "Back to Basics").
     Equals G/(G-1) * (r_i - mean(group)). Needs G >= 2.
     """
-    del eps
+    del eps, ddof
     g = rewards.shape[-1]
     if g < 2:
         raise ValueError(f"rloo needs at least 2 samples per group, got {g}")
     baseline = (rewards.sum(axis=-1, keepdims=True) - rewards) / (g - 1)
     return rewards - baseline
-
-
-@ADVANTAGE_ESTIMATORS.register("reinforce_pp")
-def batch_whitened_advantages(rewards: jnp.ndarray, eps: float = 1e-4) -> jnp.ndarray:
-    """REINFORCE++: returns whitened over the whole batch, (r - mean(all)) / (std(all) + eps).
-
-    No per-prompt group statistics: normalising over the global batch is what makes REINFORCE++
-    robust to prompts whose few samples all agree (Hu et al. 2025, "REINFORCE++").
-    With outcome rewards, gamma = 1 and no KL in the reward, every token's return is the sequence
-    reward, so this is OpenRLHF's `reinforce` estimator except that OpenRLHF whitens over tokens
-    (each sequence weighted by its length) and we weight each sequence once. For the token-level
-    variant with a KL reward, use `discounted_returns` and `masked_whiten` below.
-    """
-    return (rewards - rewards.mean()) / (rewards.std() + eps)
-
-
-@ADVANTAGE_ESTIMATORS.register("reinforce_pp_baseline")
-def group_centered_batch_whitened_advantages(rewards: jnp.ndarray, eps: float = 1e-4) -> jnp.ndarray:
-    """REINFORCE++-baseline: subtract the group mean, then whiten over the whole batch.
-
-    The group mean removes the prompt's difficulty; the batch statistics (not the group's std)
-    set the scale, which avoids GRPO's blow-up on nearly-unanimous groups (Hu et al. 2025;
-    OpenRLHF `reinforce_baseline`).
-    """
-    centered = rewards - rewards.mean(axis=-1, keepdims=True)
-    return (centered - centered.mean()) / (centered.std() + eps)
 
 
 def gae(
@@ -144,37 +135,49 @@ def discounted_returns(rewards: jax.Array, mask: jax.Array, gamma: float) -> jax
     return gae(rewards, jnp.zeros_like(rewards), mask, gamma, 1.0)[0]
 
 
-def masked_whiten(x: jax.Array, mask: jax.Array, eps: float = 1e-8) -> jax.Array:
-    """(x - mean) / (std + eps) with mean and population std over the valid entries; 0 elsewhere.
-
-    REINFORCE++'s batch normalisation of token-level returns (OpenRLHF normalises over all
-    action tokens of the batch the same way).
+def masked_whiten(x: jax.Array, mask: jax.Array, eps: float = 1e-4, ddof: int = 1) -> jax.Array:
+    """(x - mean) / (std + eps) with the mean and std (`ddof`, as `std`) over the valid entries of
+    the whole batch; 0 elsewhere. Each valid token weighs the same, so a sequence weighs as many
+    tokens as it has: REINFORCE++'s and PPO's batch normalisation, as in verl and OpenRLHF (which
+    divide by sqrt(var + 1e-8), a difference below 1e-4 / std).
     """
     m = mask.astype(jnp.promote_types(x.dtype, jnp.float32))
-    n = jnp.maximum(m.sum(), 1.0)
-    mean = (x * m).sum() / n
-    var = (jnp.square(x - mean) * m).sum() / n
-    return jnp.where(mask.astype(bool), (x - mean) / (jnp.sqrt(var) + eps), 0.0)
+    mean = (x * m).sum() / jnp.maximum(m.sum(), 1.0)
+    return jnp.where(mask.astype(bool), (x - mean) / (std(x, ddof=ddof, weights=m) + eps), 0.0)
 
 
 @PER_TOKEN_ADVANTAGE_ESTIMATORS.register("gae")
-def gae_advantages(rewards, mask, *, group_size, kl=None, kl_coef=0.0, values=None, gamma=1.0, lam=0.95):
+def gae_advantages(
+    rewards, mask, *, group_size, kl=None, kl_coef=0.0, values=None, gamma=1.0, lam=0.95, eps=1e-4, ddof=1
+):
     """PPO: GAE over the per-token rewards with the critic's values, whitened; the returns are the
     value head's targets."""
     advantages, returns = gae(token_level_rewards(rewards, mask, kl, kl_coef), jnp.asarray(values), mask, gamma, lam)
-    return masked_whiten(advantages, mask), returns
+    return masked_whiten(advantages, mask, eps, ddof), returns
 
 
 @PER_TOKEN_ADVANTAGE_ESTIMATORS.register("reinforce_pp")
-def whitened_token_returns(rewards, mask, *, group_size, kl=None, kl_coef=0.0, values=None, gamma=1.0, lam=0.95):
-    """REINFORCE++ with rewards on tokens: discounted returns, whitened over the batch's tokens."""
-    return masked_whiten(discounted_returns(token_level_rewards(rewards, mask, kl, kl_coef), mask, gamma), mask), None
+def whitened_token_returns(
+    rewards, mask, *, group_size, kl=None, kl_coef=0.0, values=None, gamma=1.0, lam=0.95, eps=1e-4, ddof=1
+):
+    """REINFORCE++: discounted returns of the per-token rewards (minus kl_coef * KL when the KL is
+    in the reward), whitened over the batch's tokens (Hu et al. 2025; verl, OpenRLHF).
+
+    There is no per-prompt group statistic: normalising over the global batch is what makes
+    REINFORCE++ robust to prompts whose few samples all agree. With no KL (or kl_coef 0) and
+    gamma = 1 every token's return is its sequence's reward, so this whitens the sequence rewards
+    with each sequence weighted by its length: one convention with or without a KL in the reward.
+    """
+    returns = discounted_returns(token_level_rewards(rewards, mask, kl, kl_coef), mask, gamma)
+    return masked_whiten(returns, mask, eps, ddof), None
 
 
 @PER_TOKEN_ADVANTAGE_ESTIMATORS.register("reinforce_pp_baseline")
 def group_centered_whitened_token_returns(rewards, mask, *, group_size, **kwargs):
-    """REINFORCE++-baseline with rewards on tokens: sequence rewards minus their group's mean, then
-    as `reinforce_pp`."""
+    """REINFORCE++-baseline: sequence rewards minus their group's mean (removing the prompt's
+    difficulty), then as `reinforce_pp`: the batch statistics, not the group's std, set the scale,
+    which avoids GRPO's blow-up on nearly-unanimous groups (Hu et al. 2025; OpenRLHF
+    `reinforce_baseline`, verl `reinforce_plus_plus_baseline`)."""
     grouped = rewards.reshape(-1, group_size)
     centered = (grouped - grouped.mean(-1, keepdims=True)).reshape(-1)
     return whitened_token_returns(centered, mask, group_size=group_size, **kwargs)

@@ -5,7 +5,8 @@ of `policy_loss`:
 
     ratio_level   "token" (PPO/GRPO) or "sequence" (GSPO's length-normalised sequence ratio)
     clip_low/high asymmetric clip range (DAPO's clip-higher); equal values give PPO's clip
-    dual_clip     lower bound c * A on the objective for negative advantages (Ye et al. 2020)
+    dual_clip     lower bound c * A on the objective for negative advantages (Ye et al. 2020); 3 by
+                  default as in verl, None turns it off
     aggregation   how per-token terms become one scalar (a name in `LOSS_AGGREGATIONS`)
     kl_estimator  k1/k2/k3 penalty to a frozen reference policy (a name in `KL_ESTIMATORS`)
     entropy_coef  entropy bonus
@@ -25,12 +26,25 @@ import jax.numpy as jnp
 from spotrl.registry import Registry
 
 
-def token_logprobs(logits: jax.Array, targets: jax.Array, temperature: float = 1.0) -> jax.Array:
-    """log softmax(logits / temperature) at targets; logits [..., V], targets [...]."""
+def tempered_log_softmax(logits: jax.Array, temperature: float = 1.0) -> jax.Array:
+    """log softmax(logits / temperature) over the last axis: the distribution the sampler draws
+    from. Temperature 0 (greedy sampling) has no such distribution and keeps the logits as they are."""
     if temperature not in (0.0, 1.0):
         logits = logits / temperature
-    logp = jax.nn.log_softmax(logits, axis=-1)
+    return jax.nn.log_softmax(logits, axis=-1)
+
+
+def token_logprobs(logits: jax.Array, targets: jax.Array, temperature: float = 1.0) -> jax.Array:
+    """log softmax(logits / temperature) at targets; logits [..., V], targets [...]."""
+    logp = tempered_log_softmax(logits, temperature)
     return jnp.take_along_axis(logp, targets[..., None], axis=-1)[..., 0]
+
+
+def token_entropy(logits: jax.Array, temperature: float = 1.0) -> jax.Array:
+    """Entropy [...] of softmax(logits / temperature), logits [..., V]: the same tempered
+    distribution as `token_logprobs` and the sampler's, for the entropy metric and bonus."""
+    logp = tempered_log_softmax(logits, temperature)
+    return -(jnp.exp(logp) * logp).sum(-1)
 
 
 def masked_mean(x: jax.Array, mask: jax.Array) -> jax.Array:
@@ -45,6 +59,11 @@ def masked_mean(x: jax.Array, mask: jax.Array) -> jax.Array:
 # --- KL estimators ------------------------------------------------------------------------------
 # Per-token estimators of KL(pi || pi_ref) from samples of pi, with d = log pi_ref - log pi
 # (Schulman, "Approximating KL Divergence", 2020). Each takes (logprobs, ref_logprobs) -> [B, N].
+
+# verl's bounds: exp() of a log ratio past 20 overflows float16 and makes one token's gradient
+# dwarf the batch's; a clamped term has no gradient, like a clipped one.
+LOG_RATIO_CLAMP = 20.0
+K3_CLAMP = 10.0
 
 KL_ESTIMATORS: Registry[Callable[[jax.Array, jax.Array], jax.Array]] = Registry("KL estimator")
 
@@ -65,9 +84,10 @@ def kl_k2(logprobs: jax.Array, ref_logprobs: jax.Array) -> jax.Array:
 @KL_ESTIMATORS.register("k3")
 def kl_k3(logprobs: jax.Array, ref_logprobs: jax.Array) -> jax.Array:
     """k3 = exp(d) - d - 1: unbiased value and non-negative (GRPO's estimator, Shao et al. 2024);
-    used as a loss its expected gradient is that of the forward KL(pi_ref || pi) instead."""
-    d = ref_logprobs - logprobs
-    return jnp.exp(d) - d - 1.0
+    used as a loss its expected gradient is that of the forward KL(pi_ref || pi) instead.
+    As in verl, d is clamped to [-20, 20] before the exp and k3 to [-10, 10] after it."""
+    d = jnp.clip(ref_logprobs - logprobs, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    return jnp.clip(jnp.exp(d) - d - 1.0, -K3_CLAMP, K3_CLAMP)
 
 
 # --- Aggregations -------------------------------------------------------------------------------
@@ -105,14 +125,14 @@ def seq_mean_token_mean(per_token: jax.Array, mask: jax.Array, norm_constant: fl
 
 @LOSS_AGGREGATIONS.register("seq_mean_token_sum_norm")
 def seq_mean_token_sum_norm(per_token: jax.Array, mask: jax.Array, norm_constant: float | None = None) -> jax.Array:
-    """Mean over sequences of each sequence's token-sum divided by a constant (default N, the
-    generation budget). Dividing by a constant instead of the sequence's own length removes
-    GRPO's length bias, which favours long wrong answers (Dr.GRPO, Liu et al. 2025).
-    verl sums over sequences instead of averaging; that differs by a constant factor B."""
+    """Sum over every valid token of the batch divided by a constant (default N, the generation
+    budget): verl's `seq-mean-token-sum-norm`, which, despite the name, sums over sequences.
+    Dividing by a constant instead of the sequence's own length removes GRPO's length bias, which
+    favours long wrong answers (Dr.GRPO, Liu et al. 2025). TRL's `dr_grpo` also divides by the
+    number of sequences B, a B times smaller loss (and gradient) for the same batch."""
     if norm_constant is None:
         norm_constant = per_token.shape[-1]
-    per_sequence = _masked_sum(per_token, mask) / norm_constant
-    return _mean_over_nonempty_rows(per_sequence, mask)
+    return _masked_sum(per_token, mask).sum() / norm_constant
 
 
 # --- Policy loss ----------------------------------------------------------------------------------
@@ -129,15 +149,16 @@ def importance_log_ratio(
                 Zheng et al. 2025). The gradient flows through s_i itself, so each token
                 gets s_i * A_i / |y_i| * grad log pi(y_t); with per-sequence advantages this
                 equals GSPO-token's gradient, with per-token advantages it is plain GSPO.
-    Masking happens before the exp, so garbage logprobs on padding can never overflow to inf.
+    Masking happens before the exp, so garbage logprobs on padding can never overflow to inf, and
+    the result is clamped to [-20, 20] (verl's bound), so exp() of it stays finite in float32.
     """
     valid = mask.astype(bool)
     log_ratio = jnp.where(valid, logprobs - old_logprobs, 0.0)
     if ratio_level == "token":
-        return log_ratio
+        return jnp.clip(log_ratio, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     if ratio_level == "sequence":
         lengths = jnp.maximum(valid.sum(axis=-1, keepdims=True), 1)
-        per_sequence = log_ratio.sum(axis=-1, keepdims=True) / lengths
+        per_sequence = jnp.clip(log_ratio.sum(axis=-1, keepdims=True) / lengths, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
         return jnp.where(valid, jnp.broadcast_to(per_sequence, log_ratio.shape), 0.0)
     raise ValueError(f"ratio_level must be 'token' or 'sequence', got {ratio_level!r}")
 
@@ -151,7 +172,7 @@ def policy_loss(
     ratio_level: str = "token",
     clip_low: float = 0.2,
     clip_high: float | None = None,
-    dual_clip: float | None = None,
+    dual_clip: float | None = 3.0,
     aggregation: str = "token_mean",
     norm_constant: float | None = None,
     ref_logprobs: jax.Array | None = None,
@@ -176,7 +197,7 @@ def policy_loss(
     and the loss is `aggregation` of loss_t over the valid tokens. `clip_high=None` means
     `clip_low` (symmetric PPO clip); DAPO uses clip_low=0.2, clip_high=0.28 so that unlikely
     tokens with A > 0 can still grow. The dual clip bounds the loss of a negative-advantage token
-    whose ratio has exploded (ratio > c); it needs c > 1 (typically 3).
+    whose ratio has exploded (ratio > c); it needs c > 1 (default 3, verl's; None: off).
 
     ref_logprobs [B, N]: frozen reference policy, for the KL penalty in the loss (GRPO's k3 by
     default). entropy [B, N]: per-token entropies of the current policy, for the bonus.
@@ -254,7 +275,8 @@ def clipped_policy_loss(
     mask: jax.Array,
     clip_eps: float,
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
-    """Token-mean PPO clipped surrogate: `policy_loss` with token ratios and a symmetric clip.
+    """Token-mean PPO clipped surrogate: `policy_loss` with token ratios, a symmetric clip and no
+    dual clip.
 
     logprobs, old_logprobs, mask: [B, N] per completion token; advantages: [B], one per sequence.
     loss = -sum_t mask * min(r A, clip(r, 1-eps, 1+eps) A) / sum_t mask, with r = exp(logp - old).
@@ -267,6 +289,7 @@ def clipped_policy_loss(
         ratio_level="token",
         clip_low=clip_eps,
         clip_high=clip_eps,
+        dual_clip=None,
         aggregation="token_mean",
     )
 

@@ -17,7 +17,7 @@ from flax import nnx
 
 from spotrl.model import sharding
 from spotrl.model.transformer import forward
-from spotrl.rl.losses import explained_variance, policy_loss, token_logprobs, value_loss
+from spotrl.rl.losses import explained_variance, policy_loss, token_entropy, token_logprobs, value_loss
 
 
 class RLBatch(NamedTuple):
@@ -38,7 +38,7 @@ class LossSpec:
     ratio_level: str = "token"
     clip_low: float = 0.2
     clip_high: float = 0.2
-    dual_clip: float | None = None
+    dual_clip: float | None = 3.0
     aggregation: str = "token_mean"
     norm_constant: float | None = None
     kl_coef: float = 0.0  # KL penalty in the loss (0 when there is none, or it is in the reward)
@@ -76,24 +76,21 @@ def make_optimizer(learning_rate: float, weight_decay: float, b1: float, b2: flo
 
 
 def completion_logprobs(model, tokens: jax.Array, valid: jax.Array, completion_len: int, temperature: float):
-    """Logprobs [B, N] of the last N tokens of each row, and the logits that produced them."""
+    """Logprobs [B, N] of the last N tokens of each row under softmax(logits / temperature), and
+    the untempered logits that produced them."""
     logits = forward(model, tokens, valid)
     prompt_len = tokens.shape[1] - completion_len
     logits = logits[:, prompt_len - 1 : -1]
     return token_logprobs(logits, tokens[:, prompt_len:], temperature), logits
 
 
-def token_entropy(logits: jax.Array) -> jax.Array:
-    logp = jax.nn.log_softmax(logits, axis=-1)
-    return -(jnp.exp(logp) * logp).sum(-1)
-
-
 # The batch-level count each loss aggregation divides by (see losses.LOSS_AGGREGATIONS): a
 # micro-batch's loss, weighted by its share of that count, adds up to the full batch's loss.
+# A sum over rows divided by a constant counts 1 per micro-batch: the micro-batches' losses add up.
 _AGGREGATION_COUNTS = {
     "token_mean": lambda mask: mask.sum(),
     "seq_mean_token_mean": lambda mask: (mask.sum(axis=-1) > 0).sum(),
-    "seq_mean_token_sum_norm": lambda mask: (mask.sum(axis=-1) > 0).sum(),
+    "seq_mean_token_sum_norm": lambda mask: jnp.ones((), jnp.int32),
 }
 
 
@@ -146,7 +143,7 @@ def build_rl_step(
             ref_logprobs=batch.ref_logprobs if spec.kl_coef else None,
             kl_coef=spec.kl_coef,
             kl_estimator=spec.kl_estimator,
-            entropy=token_entropy(logits),
+            entropy=token_entropy(logits, temperature),  # of the distribution the logprobs are of
             entropy_coef=spec.entropy_coef,
             behaviour_weights=batch.behaviour_weights,
         )

@@ -2,9 +2,9 @@
 
 Advantages come from one of two families:
   - sequence-level estimators from `ADVANTAGE_ESTIMATORS` on the [groups, G] rewards (GRPO,
-    Dr.GRPO, RLOO, REINFORCE++ without KL in the reward);
+    Dr.GRPO, RLOO);
   - per-token returns when rewards live on tokens: GAE with the critic's values (PPO), or
-    batch-whitened discounted returns (REINFORCE++ with KL in the reward).
+    batch-whitened discounted returns (REINFORCE++, with or without KL in the reward).
 Rows past `real_rows` are padding (a dynamic-sampling batch that could not be filled): advantage 0,
 no valid completion token, so they add nothing and the step keeps one compiled shape.
 """
@@ -28,6 +28,7 @@ class AdvantageSpec:
     estimator: str  # a name in ADVANTAGE_ESTIMATORS or PER_TOKEN_ADVANTAGE_ESTIMATORS
     group_size: int
     eps: float = 1e-4
+    ddof: int = 1  # of every std an advantage is divided by: 1 the sample std, 0 the population std
     kl_in_reward_coef: float = 0.0  # > 0: rewards go on tokens, minus coef * KL(behaviour || reference)
     kl_estimator: str = "k1"
     gamma: float = 1.0
@@ -46,6 +47,7 @@ def advantage_spec(algorithm, group_size: int) -> AdvantageSpec:
         estimator=a.advantage,
         group_size=group_size,
         eps=a.advantage_eps,
+        ddof={"sample": 1, "population": 0}[a.advantage_std],
         kl_in_reward_coef=a.kl.coef if a.kl.in_reward else 0.0,
         kl_estimator=a.kl.estimator,
         gamma=a.value.gamma,
@@ -62,9 +64,8 @@ def compute_advantages(spec: AdvantageSpec, rewards, mask, old_logprobs=None, re
             f"{sorted(ADVANTAGE_ESTIMATORS.names() + PER_TOKEN_ADVANTAGE_ESTIMATORS.names())}"
         )
     if not spec.per_token:
-        return ADVANTAGE_ESTIMATORS[spec.estimator](rewards.reshape(-1, spec.group_size), eps=spec.eps).reshape(
-            -1
-        ), None
+        grouped = rewards.reshape(-1, spec.group_size)
+        return ADVANTAGE_ESTIMATORS[spec.estimator](grouped, eps=spec.eps, ddof=spec.ddof).reshape(-1), None
     if spec.estimator not in PER_TOKEN_ADVANTAGE_ESTIMATORS:
         raise ValueError(
             f"advantage {spec.estimator!r} has no per-token form (KL in the reward needs one of "
@@ -82,6 +83,8 @@ def compute_advantages(spec: AdvantageSpec, rewards, mask, old_logprobs=None, re
         values=old_values,
         gamma=spec.gamma,
         lam=spec.lam,
+        eps=spec.eps,
+        ddof=spec.ddof,
     )
 
 

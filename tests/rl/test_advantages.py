@@ -7,21 +7,36 @@ import pytest
 
 from spotrl.rl.advantages import (
     ADVANTAGE_ESTIMATORS,
+    PER_TOKEN_ADVANTAGE_ESTIMATORS,
     discounted_returns,
     gae,
     masked_whiten,
+    std,
 )
 
 
 def test_registry_names_and_one_signature():
-    assert {"grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline"} <= set(ADVANTAGE_ESTIMATORS.names())
+    # REINFORCE++ has only a per-token form (one convention with or without a KL in the reward)
+    assert {"grpo", "dr_grpo", "rloo"} <= set(ADVANTAGE_ESTIMATORS.names())
+    assert not {"reinforce_pp", "reinforce_pp_baseline"} & set(ADVANTAGE_ESTIMATORS.names())
     rewards = jnp.array([[1.0, 0.0, 2.0], [0.0, 0.0, 1.0]])
     for name in ADVANTAGE_ESTIMATORS.names():
         fn = ADVANTAGE_ESTIMATORS[name]
-        eager = fn(rewards, eps=1e-4)
-        jitted = jax.jit(lambda r: fn(r, eps=1e-4))(rewards)
+        eager = fn(rewards, eps=1e-4, ddof=1)
+        jitted = jax.jit(lambda r: fn(r, eps=1e-4, ddof=0))(rewards)
         assert eager.shape == rewards.shape
-        np.testing.assert_allclose(eager, jitted, rtol=1e-6, atol=1e-7)
+        if name != "grpo":  # only GRPO divides by a std
+            np.testing.assert_allclose(eager, jitted, rtol=1e-6, atol=1e-7)
+
+
+def test_std_by_hand():
+    x = jnp.array([[1.0, 2.0, 3.0, 100.0]])
+    w = jnp.array([[1, 1, 1, 0]])
+    # valid 1, 2, 3: squares of deviations sum 2 -> sample std sqrt(2/2) = 1, population sqrt(2/3)
+    np.testing.assert_allclose(std(x, weights=w), 1.0, rtol=1e-6)
+    np.testing.assert_allclose(std(x, ddof=0, weights=w), 0.8164966, rtol=1e-6)
+    np.testing.assert_allclose(std(x[:, :3], axis=-1), np.std(np.array([[1.0, 2, 3]]), axis=-1, ddof=1), rtol=1e-6)
+    assert float(std(jnp.array([7.0]))) == 0.0  # one entry: 0, not NaN
 
 
 def test_dr_grpo_subtracts_group_mean_only():
@@ -40,19 +55,65 @@ def test_rloo_leave_one_out_baseline():
         rloo(jnp.array([[1.0], [0.0]]))
 
 
-def test_reinforce_pp_whitens_over_the_whole_batch():
-    # all rewards 1,0,1,1: mean .75, population std sqrt(.1875) = .4330127
-    # .25/.4330127 = .5773503, -.75/.4330127 = -1.7320508; the unanimous group [1,1] is NOT zeroed
-    adv = ADVANTAGE_ESTIMATORS["reinforce_pp"](jnp.array([[1.0, 0.0], [1.0, 1.0]]), eps=0.0)
-    np.testing.assert_allclose(adv, [[0.5773503, -1.7320508], [0.5773503, 0.5773503]], rtol=1e-6)
+# REINFORCE++ case: groups of 2, rewards 1, 0 | 1, 1 with 1, 3 | 2, 2 completion tokens
+RPP_REWARDS = np.array([1.0, 0.0, 1.0, 1.0], np.float32)
+RPP_MASK = np.array([[1, 0, 0], [1, 1, 1], [1, 1, 0], [1, 1, 0]], bool)
+
+
+def test_reinforce_pp_whitens_over_the_batchs_tokens():
+    # gamma 1, no KL: every token's return is its sequence's reward; 8 tokens, five 1s and three 0s
+    # (each sequence weighs its length, as in verl and OpenRLHF): mean .625, deviations .375 (x5),
+    # -.625 (x3), squares sum 1.875, sample std sqrt(1.875 / 7) = .5175492 ->
+    # .375 / .5175492 = .7245688, -.625 / .5175492 = -1.2076147; the unanimous group [1,1] is NOT zeroed
+    fn = PER_TOKEN_ADVANTAGE_ESTIMATORS["reinforce_pp"]
+    adv, returns = fn(jnp.asarray(RPP_REWARDS), RPP_MASK, group_size=2, eps=0.0)
+    a, b = 0.7245688, -1.2076147
+    np.testing.assert_allclose(adv, [[a, 0, 0], [b, b, b], [a, a, 0], [a, a, 0]], rtol=1e-6, atol=1e-7)
+    assert returns is None
+    # population std sqrt(1.875 / 8) = .4841229: .375 / .4841229 = .7745967
+    adv, _ = fn(jnp.asarray(RPP_REWARDS), RPP_MASK, group_size=2, eps=0.0, ddof=0)
+    np.testing.assert_allclose(adv[0, 0], 0.7745967, rtol=1e-6)
+
+
+def test_reinforce_pp_is_one_convention_with_or_without_kl_in_the_reward():
+    from spotrl.rl.update import AdvantageSpec, compute_advantages
+
+    rng = np.random.default_rng(0)
+    old, ref = rng.normal(-1, 0.5, (2, 4, 3)).astype(np.float32)
+    no_kl, _ = compute_advantages(AdvantageSpec("reinforce_pp", 2), RPP_REWARDS, RPP_MASK)
+    kl_coef_0, _ = compute_advantages(
+        AdvantageSpec("reinforce_pp", 2, kl_in_reward_coef=0.0), RPP_REWARDS, RPP_MASK, old, ref
+    )
+    fn = PER_TOKEN_ADVANTAGE_ESTIMATORS["reinforce_pp"]
+    kl_given_coef_0, _ = fn(jnp.asarray(RPP_REWARDS), RPP_MASK, group_size=2, kl=jnp.asarray(old - ref), kl_coef=0.0)
+    np.testing.assert_array_equal(no_kl, kl_coef_0)
+    np.testing.assert_array_equal(no_kl, kl_given_coef_0)
+    # the run's eps 1e-4: .375 / (.5175492 + 1e-4) = .7244288
+    np.testing.assert_allclose(no_kl[0, 0], 0.7244288, rtol=1e-6)
+
+    # with a KL in the reward, the same whitening (token weights, sample std, the same eps):
+    # rewards 1, 0 with masks [1, 1], [1, 0]; k1 = .5, 1 | 2 (the 9 is padding), coef .1
+    # per-token rewards [-.05, 1 - .1] | [-.2] -> returns [.85, .9] | [-.2]; mean 1.55 / 3 = .5166667,
+    # deviations .3333333, .3833333, -.7166667, squares sum .7716667, std sqrt(.7716667 / 2) = .6211548
+    adv, _ = fn(
+        jnp.array([1.0, 0.0]),
+        np.array([[1, 1], [1, 0]], bool),
+        group_size=2,
+        kl=jnp.array([[0.5, 1.0], [2.0, 9.0]]),
+        kl_coef=0.1,
+        eps=0.0,
+    )
+    np.testing.assert_allclose(adv, [[0.5366349, 0.6171301], [-1.1537649, 0.0]], rtol=1e-5, atol=1e-7)
 
 
 def test_reinforce_pp_baseline_centres_per_group_then_whitens_per_batch():
-    # centred: [.5,-.5], [0,0], [1,-1]; batch mean 0, std sqrt(2.5/6) = .6454972
-    adv = ADVANTAGE_ESTIMATORS["reinforce_pp_baseline"](jnp.array([[1.0, 0], [1, 1], [2, 0]]), eps=0.0)
-    np.testing.assert_allclose(
-        adv, [[0.7745967, -0.7745967], [0.0, 0.0], [1.5491933, -1.5491933]], rtol=1e-6, atol=1e-7
+    # centred: [.5, -.5], [0, 0]; tokens .5 (x1), -.5 (x3), 0 (x4): mean -.125, deviations .625,
+    # -.375 (x3), .125 (x4), squares sum .390625 + .421875 + .0625 = .875, std sqrt(.875 / 7) = .3535534
+    adv, _ = PER_TOKEN_ADVANTAGE_ESTIMATORS["reinforce_pp_baseline"](
+        jnp.asarray(RPP_REWARDS), RPP_MASK, group_size=2, eps=0.0
     )
+    a, b, c = 0.625 / 0.3535534, -0.375 / 0.3535534, 0.125 / 0.3535534
+    np.testing.assert_allclose(adv, [[a, 0, 0], [b, b, b], [c, c, 0], [c, c, 0]], rtol=1e-6, atol=1e-7)
 
 
 def test_gae_by_hand():
@@ -131,13 +192,15 @@ def test_discounted_returns():
 
 
 def test_masked_whiten():
-    # valid 1,2,3: mean 2, population std sqrt(2/3) = .8164966; the 100 is padding
-    out = masked_whiten(jnp.array([[1.0, 2.0, 3.0, 100.0]]), jnp.array([[1, 1, 1, 0]]), eps=0.0)
+    # valid 1,2,3: mean 2, sample std 1 (population sqrt(2/3) = .8164966); the 100 is padding
+    x, mask = jnp.array([[1.0, 2.0, 3.0, 100.0]]), jnp.array([[1, 1, 1, 0]])
+    np.testing.assert_allclose(masked_whiten(x, mask, eps=0.0), [[-1.0, 0.0, 1.0, 0.0]], rtol=1e-6, atol=1e-7)
+    out = masked_whiten(x, mask, eps=0.0, ddof=0)
     np.testing.assert_allclose(out, [[-1.2247449, 0.0, 1.2247449, 0.0]], rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(masked_whiten(x, mask, eps=1.0)[0, 0], -0.5, rtol=1e-6)  # -1 / (1 + 1)
 
 
 def test_every_advantage_has_one_lookup_and_gae_is_registered():
-    from spotrl.rl.advantages import PER_TOKEN_ADVANTAGE_ESTIMATORS
     from spotrl.rl.shaping import token_level_rewards
     from spotrl.rl.update import AdvantageSpec, compute_advantages
 

@@ -4,24 +4,53 @@ import numpy as np
 import pytest
 
 from spotrl.rl.advantages import ADVANTAGE_ESTIMATORS, group_normalized_advantages
-from spotrl.rl.losses import clipped_policy_loss, token_logprobs
+from spotrl.rl.losses import clipped_policy_loss, token_entropy, token_logprobs
 
 
-def test_group_advantages_by_hand():
+def test_group_advantages_population_std_by_hand():
+    # advantage_std "population" (ddof 0):
     # group 1: rewards 1,0,0,1 -> mean 0.5, population std 0.5 -> +-1 (eps 0)
     # group 2: all equal -> 0
     # group 3: 1,0,0,0 -> mean .25, std sqrt(.1875)=.4330127 -> 1.7320508, -0.5773503
     rewards = jnp.array([[1.0, 0, 0, 1], [1, 1, 1, 1], [1, 0, 0, 0]])
-    adv = group_normalized_advantages(rewards, eps=0.0 + 1e-12)
+    adv = group_normalized_advantages(rewards, eps=0.0 + 1e-12, ddof=0)
     np.testing.assert_allclose(adv[0], [1, -1, -1, 1], atol=1e-6)
     np.testing.assert_allclose(adv[1], [0, 0, 0, 0], atol=1e-6)
     np.testing.assert_allclose(adv[2], [1.7320508, -0.5773503, -0.5773503, -0.5773503], atol=1e-6)
     assert ADVANTAGE_ESTIMATORS["grpo"] is group_normalized_advantages
 
 
-def test_group_advantages_eps_in_denominator():
-    adv = group_normalized_advantages(jnp.array([[1.0, 0.0]]), eps=0.5)  # std 0.5 -> / 1.0
-    np.testing.assert_allclose(adv, [[0.5, -0.5]], atol=1e-7)
+def test_group_advantages_sample_std_g2_by_hand():
+    # the default, ddof 1 as verl and TRL. G = 2, rewards 1, 0: mean .5, deviations +-.5,
+    # sample variance (.25 + .25) / 1 = .5, std .7071068 -> +-.5 / .7071068 = +-.7071068
+    # (the population std .5 gives +-1: sqrt 2 = 1.41 times larger, the 41% of issue 20);
+    # rewards 3, 1: deviations +-1, std sqrt 2 -> +-.7071068; a unanimous group -> 0
+    adv = group_normalized_advantages(jnp.array([[1.0, 0.0], [3.0, 1.0], [2.0, 2.0]]), eps=1e-12)
+    np.testing.assert_allclose(adv, [[0.7071068, -0.7071068], [0.7071068, -0.7071068], [0, 0]], atol=1e-6)
+    # eps in the denominator: .5 / (.7071068 + .5) = .4142136
+    adv = group_normalized_advantages(jnp.array([[1.0, 0.0]]), eps=0.5)
+    np.testing.assert_allclose(adv, [[0.4142136, -0.4142136]], atol=1e-6)
+
+
+def test_group_advantages_sample_std_g8_by_hand():
+    # G = 8, three of eight solved: mean .375, deviations .625 (x3) and -.375 (x5),
+    # squares sum 3 * .390625 + 5 * .140625 = 1.875; sample variance 1.875 / 7 = .2678571,
+    # std .5175492 -> .625 / .5175492 = 1.2076147, -.375 / .5175492 = -.7245688
+    # (population: std sqrt(1.875 / 8) = .4841229 -> 1.2909944, -.7745967: sqrt(8/7) = 1.069 apart)
+    rewards = jnp.array([[1.0, 1, 1, 0, 0, 0, 0, 0]])
+    np.testing.assert_allclose(
+        group_normalized_advantages(rewards, eps=1e-12), [[1.2076147] * 3 + [-0.7245688] * 5], rtol=1e-6
+    )
+    np.testing.assert_allclose(
+        group_normalized_advantages(rewards, eps=1e-12, ddof=0), [[1.2909944] * 3 + [-0.7745967] * 5], rtol=1e-6
+    )
+    # the eps the run uses (1e-4): .625 / (.5175492 + 1e-4) = 1.2073814
+    np.testing.assert_allclose(group_normalized_advantages(rewards)[0, 0], 1.2073814, rtol=1e-6)
+
+
+def test_group_of_one_gets_advantage_zero_not_nan():
+    # one sample has no sample std (n - 1 = 0): its advantage is 0, as for a unanimous group
+    np.testing.assert_array_equal(group_normalized_advantages(jnp.array([[5.0], [2.0]])), [[0.0], [0.0]])
 
 
 def test_clipped_loss_by_hand():
@@ -168,9 +197,10 @@ def test_aggregations_by_hand():
 
     np.testing.assert_allclose(loss("token_mean"), -(1 + 2 + 3 + 4) / 4, rtol=1e-6)
     np.testing.assert_allclose(loss("seq_mean_token_mean"), -(2 + 4) / 2, rtol=1e-6)  # row means 2, 4
-    # Dr.GRPO: row sums 6, 4 over N = 4 -> 1.5, 1 -> mean 1.25; with constant 2 -> 3, 2 -> 2.5
-    np.testing.assert_allclose(loss("seq_mean_token_sum_norm"), -1.25, rtol=1e-6)
-    np.testing.assert_allclose(loss("seq_mean_token_sum_norm", norm_constant=2.0), -2.5, rtol=1e-6)
+    # Dr.GRPO as verl: row sums 6, 4 over N = 4 -> 1.5, 1 -> summed over rows 2.5 (not their mean
+    # 1.25; the empty row adds nothing either way); with constant 2 -> 3 + 2 = 5
+    np.testing.assert_allclose(loss("seq_mean_token_sum_norm"), -2.5, rtol=1e-6)
+    np.testing.assert_allclose(loss("seq_mean_token_sum_norm", norm_constant=2.0), -5.0, rtol=1e-6)
     assert {"token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"} <= set(LOSS_AGGREGATIONS.names())
     with pytest.raises(ValueError, match="norm_constant"):
         loss("token_mean", norm_constant=2.0)
@@ -187,6 +217,85 @@ def test_kl_estimators_by_hand():
     np.testing.assert_allclose(KL_ESTIMATORS["k2"](logp, ref), [[0.125, 0.5]], rtol=1e-6)
     # exp(-.5) + .5 - 1 = .1065307;  e - 1 - 1 = .7182818
     np.testing.assert_allclose(KL_ESTIMATORS["k3"](logp, ref), [[0.1065307, 0.7182818]], rtol=1e-6)
+
+
+def test_k3_is_clamped_like_verl():
+    # d = ref - logp clamped to [-20, 20] before exp, k3 to [-10, 10] after:
+    # d = 50 -> 20: e^20 - 21 = 4.85e8 -> 10;  d = -50 -> -20: e^-20 + 19 = 19.000000002 -> 10
+    # d = 3: e^3 - 4 = 16.09 -> 10;  d = 2: e^2 - 3 = 4.3890561 and d = -5: e^-5 + 4 = 4.0067379 (unclamped)
+    logp = jnp.array([[-50.0, 0.0, -3.0, -2.0, 0.0]])
+    ref = jnp.array([[0.0, -50.0, 0.0, 0.0, -5.0]])
+    k3 = KL_ESTIMATORS["k3"](logp, ref)
+    np.testing.assert_allclose(k3, [[10.0, 10.0, 10.0, 4.3890561, 4.0067379]], rtol=1e-6)
+    # without the clamps float32 gives inf for d = 100: e^100 overflows
+    k3 = KL_ESTIMATORS["k3"](jnp.array([[-100.0]]), jnp.array([[0.0]]))
+    assert np.isfinite(float(k3[0, 0])) and float(k3[0, 0]) == 10.0
+    # a clamped token has no gradient (like a clipped one), an unclamped one has e^d... - 1: here -(e^2 - 1)
+    g = jax.grad(lambda lp: KL_ESTIMATORS["k3"](lp, ref).sum())(logp)
+    np.testing.assert_allclose(g, [[0.0, 0.0, 0.0, -(np.e**2 - 1), -(np.exp(-5.0) - 1)]], rtol=1e-5)
+
+
+def test_log_ratio_is_clamped_to_20_before_exp():
+    # log ratios 100 and -100 at valid tokens: the ratio is e^20 = 4.8516520e8 and e^-20, not inf and 0
+    logp = jnp.array([[100.0, -100.0, 0.0]])
+    old, mask = jnp.zeros((1, 3)), jnp.ones((1, 3))
+    # A = -1, no dual clip: min(-e^20, -1.2) = -e^20;  min(-e^-20, -.8) = -.8;  -1 -> loss (e^20 + 1.8) / 3
+    loss, m = policy_loss(logp, old, jnp.array([-1.0]), mask, dual_clip=None)
+    np.testing.assert_allclose(loss, (np.exp(20.0) + 1.8) / 3, rtol=1e-6)
+    np.testing.assert_allclose(m["ratio_mean"], (np.exp(20.0) + np.exp(-20.0) + 1) / 3, rtol=1e-6)
+    # approx_kl is k3 with d = old - logp = -100, 100, 0 -> clamped to 10, 10, 0
+    np.testing.assert_allclose(m["approx_kl"], 20 / 3, rtol=1e-6)
+    # with the (default) dual clip c = 3: max(-e^20, -3) = -3 -> (3 + .8 + 1) / 3
+    loss, m = policy_loss(logp, old, jnp.array([-1.0]), mask)
+    np.testing.assert_allclose(loss, 4.8 / 3, rtol=1e-6)
+    # the sequence ratio: mean log ratio (100 + 100) / 2 = 100 -> 20; A = +1 clips it at 1.2 anyway
+    loss, m = policy_loss(
+        jnp.array([[100.0, 100.0]]),
+        jnp.zeros((1, 2)),
+        jnp.array([1.0]),
+        jnp.ones((1, 2)),
+        ratio_level="sequence",
+        dual_clip=None,
+    )
+    np.testing.assert_allclose([loss, m["ratio_mean"]], [-1.2, np.exp(20.0)], rtol=1e-6)
+    for x in jax.tree.leaves((loss, m)):
+        assert np.isfinite(np.asarray(x)).all()
+
+
+def test_dual_clip_is_on_by_default_with_c_3():
+    from spotrl.config import AlgorithmConfig
+    from spotrl.rl.train_step import LossSpec, loss_spec
+
+    # ratio 4 with A = -1: min(-4, -1.2) = -4, dual clip max(-4, -3) = -3 -> loss 3; off: 4
+    logp, old, mask = jnp.log(jnp.array([[4.0]])), jnp.zeros((1, 1)), jnp.ones((1, 1))
+    np.testing.assert_allclose(policy_loss(logp, old, jnp.array([-1.0]), mask)[0], 3.0, rtol=1e-6)
+    np.testing.assert_allclose(policy_loss(logp, old, jnp.array([-1.0]), mask, dual_clip=None)[0], 4.0, rtol=1e-6)
+    assert AlgorithmConfig().dual_clip == 3.0 and LossSpec().dual_clip == 3.0
+    assert loss_spec(AlgorithmConfig(), 8).dual_clip == 3.0
+    assert loss_spec(AlgorithmConfig(dual_clip=None), 8).dual_clip is None
+    for name in ("grpo", "dapo", "gspo", "ppo"):
+        assert AlgorithmConfig(name=name).dual_clip == 3.0
+
+
+def _entropy_reference(logits: np.ndarray, temperature: float) -> np.ndarray:
+    """Naive numpy: H = -sum_v p_v log p_v with p = softmax(logits / T), in float64."""
+    z = logits.astype(np.float64) / temperature
+    z = z - z.max(axis=-1, keepdims=True)
+    p = np.exp(z) / np.exp(z).sum(axis=-1, keepdims=True)
+    return -(p * np.log(p)).sum(axis=-1)
+
+
+def test_token_entropy_is_of_the_tempered_distribution():
+    # [2, .5, -1, 0]: 0.8782812 nats at T = 1, 0.5719250 at T = 0.7 (softmax of logits / 0.7)
+    logits = jnp.array([[2.0, 0.5, -1.0, 0.0]])
+    np.testing.assert_allclose(token_entropy(logits), [0.8782812], rtol=1e-6)
+    np.testing.assert_allclose(token_entropy(logits, 0.7), [0.5719250], rtol=1e-6)
+    logits = np.random.default_rng(0).normal(0, 3, (3, 5, 64)).astype(np.float32)
+    for t in (0.7, 1.0, 1.5):
+        np.testing.assert_allclose(token_entropy(jnp.asarray(logits), t), _entropy_reference(logits, t), rtol=1e-5)
+    # same temperature, same distribution as the logprobs: H = -sum_v p_v log p_v with their p
+    logp = jnp.stack([token_logprobs(jnp.asarray(logits), jnp.full((3, 5), v), 0.7) for v in range(64)], -1)
+    np.testing.assert_allclose(token_entropy(jnp.asarray(logits), 0.7), -(jnp.exp(logp) * logp).sum(-1), rtol=1e-5)
 
 
 def test_kl_penalty_in_the_loss():

@@ -70,8 +70,12 @@ def _max_gap(a, b) -> float:
 
 @pytest.mark.parametrize(
     "spec",
-    [LossSpec(), LossSpec(aggregation="seq_mean_token_mean", entropy_coef=0.01)],
-    ids=["token_mean", "seq_mean_token_mean+entropy"],
+    [
+        LossSpec(),
+        LossSpec(aggregation="seq_mean_token_mean", entropy_coef=0.01),
+        LossSpec(aggregation="seq_mean_token_sum_norm"),
+    ],
+    ids=["token_mean", "seq_mean_token_mean+entropy", "seq_mean_token_sum_norm"],
 )
 def test_micro_batched_update_equals_the_full_batch_update(spec):
     policy = Policy(CFG, init_seed=0)
@@ -91,6 +95,31 @@ def test_micro_batched_update_equals_the_full_batch_update(spec):
         quarters = [jax.tree.map(lambda x: x[i * 2 : (i + 1) * 2], batch) for i in range(4)]
         plain = jax.tree.map(lambda *g: sum(g) / 4, *[reference(_fresh(policy), q)[1] for q in quarters])
         assert _max_gap(plain, expected) > 1e-3
+
+
+def test_entropy_metric_and_bonus_are_of_the_tempered_distribution():
+    """At rollout temperature 0.7 the entropy is that of softmax(logits / 0.7), the distribution
+    the logprobs (and the sampler) use, checked against naive numpy on the model's logits."""
+    policy = Policy(CFG, init_seed=0)
+    batch = _batch()
+    t, coef = 0.7, 0.01
+    tx = optax.sgd(0.0)  # the metrics are of the weights before the update
+    params = _fresh(policy)
+    model = nnx.merge(policy.graphdef, params)
+    _, logits = completion_logprobs(model, jnp.asarray(batch.tokens), jnp.asarray(batch.valid), NEW, t)
+    z = np.asarray(logits, np.float64) / t
+    z -= z.max(-1, keepdims=True)
+    p = np.exp(z) / np.exp(z).sum(-1, keepdims=True)
+    mask = batch.valid[:, -NEW:]
+    want = float((-(p * np.log(p)).sum(-1))[mask].mean())
+    step = build_rl_step(policy.graphdef, tx, LossSpec(entropy_coef=coef), t)
+    _, metrics = step({"params": params, "opt_state": tx.init(params)}, batch)
+    metrics = jax.device_get(metrics)
+    assert metrics["entropy"] == pytest.approx(want, rel=1e-5)
+    assert metrics["loss"] == pytest.approx(metrics["pg_loss"] - coef * want, rel=1e-5)  # the bonus, same H
+    # the untempered entropy (the bug of issue 20) is another number
+    p1 = np.exp(z * t) / np.exp(z * t).sum(-1, keepdims=True)
+    assert abs(float((-(p1 * np.log(p1)).sum(-1))[mask].mean()) - want) > 0.1
 
 
 def test_micro_batches_must_divide_the_batch_and_know_the_aggregation():

@@ -94,3 +94,17 @@ def test_an_unknown_estimator_is_named_whatever_the_kl_setting(kl_in_reward_coef
     spec = AdvantageSpec("nope", group_size=2, kl_in_reward_coef=kl_in_reward_coef)
     with pytest.raises(ValueError, match="no advantage estimator 'nope'; known: .*'gae'.*'grpo'"):
         compute_advantages(spec, np.zeros(4), np.ones((4, 2), bool))
+
+
+def test_advantage_std_and_eps_reach_the_estimators():
+    from spotrl.config import AlgorithmConfig
+    from spotrl.rl.update import advantage_spec
+
+    assert advantage_spec(AlgorithmConfig(), 8).ddof == 1  # the default: the sample std, as verl and TRL
+    spec = advantage_spec(AlgorithmConfig(advantage_std="population", advantage_eps=0.5), 2)
+    assert (spec.ddof, spec.eps) == (0, 0.5)
+    # rewards 1, 0: population std .5 -> .5 / (.5 + .5) = .5;  the sample std .7071068 -> .4142136
+    adv, _ = compute_advantages(spec, np.array([1.0, 0.0]), np.ones((2, 1), bool))
+    np.testing.assert_allclose(adv, [0.5, -0.5], rtol=1e-6)
+    adv, _ = compute_advantages(advantage_spec(AlgorithmConfig(advantage_eps=0.5), 2), [1.0, 0.0], np.ones((2, 1)))
+    np.testing.assert_allclose(adv, [0.4142136, -0.4142136], rtol=1e-6)
