@@ -131,15 +131,16 @@ def run_loop(run_dir: str, iterations: int) -> dict:
         previous, weights = point.checkpoint, point.weights
         for iteration in range(point.iteration + 1, iterations + 1):
             iteration_started, compiles_before = time.perf_counter(), compile_count()
-            rollouts = [
-                stages.rollout.fn(config, root, iteration, shard, weights, 0) for shard in range(config.rollout.shards)
-            ]
+            plan = stages.rollout_plan.fn(config, root, iteration)
+            shards = range(config.rollout.shards)
+            rollouts = [stages.rollout.fn(config, root, iteration, shard, weights, plan) for shard in shards]
             scored = [stages.reward.fn(config, root, r) for r in rollouts]
             updated = stages.update.fn(config, root, iteration, previous, scored)
             previous = stages.checkpoint.fn(config, root, updated)
             weights = stages.publish.fn(config, root, previous)
             metrics = _iteration_metrics(
                 iteration,
+                [plan],
                 rollouts,
                 scored,
                 updated,

@@ -11,7 +11,16 @@ against one local Prefect server. From Prefect's own task-run records it measure
                    not a cache hit (imports, connecting, resume scan, cache lookups)
 
 It also times one restart with the CLI's private server (no PREFECT_API_URL), which adds the
-server start. Prints a table, then one JSON object as the last line.
+server start, and runs the config once more with rollouts on a local Ray whose worker SIGKILLs
+itself in the middle of a rollout shard (failpoint rollout.sample: sampled, not yet written). Ray
+runs that shard again on another worker, inside the same flow run; from the task run's state
+history it measures
+
+  rollout_worker_kill.redone_s        the killed attempt's time: its first Running -> the kill
+  rollout_worker_kill.retry_delay_s   the kill -> the shard Running again on another worker
+
+and checks the weights digest against the uninterrupted run. Prints a table, then one JSON object
+as the last line.
 
     python benchmarks/preemption.py [--iterations 8] [--seed 0]
 """
@@ -79,7 +88,8 @@ def _measure(runs, attempts) -> dict:
             state = task.state.name if task.state else ""
             if state == "Completed" and task.cache_key in completed_keys:
                 redone += task.total_run_time.total_seconds()  # finished before, ran again
-            if state == "Running" and attempt.killed_at and task.start_time:
+            # the next attempt marks what the kill left Running as Crashed (flows/crashes.py)
+            if state in ("Running", "Crashed") and attempt.killed_at and task.start_time:
                 redone += max(0.0, attempt.killed_at - task.start_time.timestamp())  # cut short by the kill
         completed_keys |= {t.cache_key for t in tasks if t.state and t.state.name == "Completed" and t.cache_key}
         new = [t.start_time.timestamp() for t in tasks if t.start_time and t.state and t.state.name != "Cached"]
@@ -90,6 +100,40 @@ def _measure(runs, attempts) -> dict:
         elif redone:
             per_kill.append({"kill": "(resume)", "redone_s": round(redone, 3)})
     return {"per_kill": per_kill, "restarts": restarts}
+
+
+def _rollout_worker_kill(client_factory, home: Path, overrides: list[str], env: dict, iteration: int) -> dict:
+    """A Ray run whose rollout worker dies mid-shard at `iteration`: the work redone (see the docstring)."""
+    from spotrl.chaos import Kill, run_attempt
+
+    killed = home / "ray-killed-pid"
+    run_dir = home / "ray-kill"
+    attempt = run_attempt(
+        run_dir,
+        overrides + ["rollout.task_runner=ray"],
+        Kill(failpoint=f"rollout.sample@{iteration}"),
+        env={**env, "SPOTRL_KILL_ONCE": str(killed)},
+    )
+    assert attempt.returncode == 0, attempt.output  # the flow itself never died
+    killed_at = killed.stat().st_mtime  # written just before the SIGKILL
+    with client_factory() as client:
+        (_flow_run, tasks), *later = _task_runs(client, run_dir)
+        assert not later, "one flow run: the kill cost no restart"
+        retried = []
+        for task in tasks:
+            if not task.name.startswith(f"rollout-i{iteration:04d}"):
+                continue
+            running = [s.timestamp.timestamp() for s in client.read_task_run_states(task.id) if s.name == "Running"]
+            if len(running) > 1:
+                retried.append((task.name, running))
+    assert len(retried) == 1, retried  # only the killed worker's shard ran twice
+    name, running = retried[0]
+    return {
+        "shard": name,
+        "redone_s": round(killed_at - running[0], 3),
+        "retry_delay_s": round(running[1] - killed_at, 3),
+        "run_dir": run_dir,
+    }
 
 
 def main() -> None:
@@ -125,6 +169,7 @@ def main() -> None:
             measured = _measure(_task_runs(client, chaos_dir), attempts)
             base_tasks = _task_runs(client, baseline_dir)[0][1]
         baseline_task_seconds = sum(t.total_run_time.total_seconds() for t in base_tasks)
+        ray_kill = _rollout_worker_kill(lambda: get_client(sync_client=True), home, overrides, env, 2)
 
     # one more kill and resume with the CLI's private server (what `spotrl train` does by default)
     private_env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
@@ -149,6 +194,8 @@ def main() -> None:
     metrics_equal = [strip_timing(r) for r in read_jsonl(chaos_dir / "metrics.jsonl")] == [
         strip_timing(r) for r in read_jsonl(baseline_dir / "metrics.jsonl")
     ]
+    baseline_digest = WeightStore(baseline_dir / "weights").verified_digest()
+    ray_kill["digest_equal"] = WeightStore(ray_kill.pop("run_dir") / "weights").verified_digest() == baseline_digest
     kills = [k for k in measured["per_kill"] if k["kill"] != "(resume)"]
     redone = sum(k["redone_s"] for k in measured["per_kill"])
     figures = {
@@ -164,6 +211,7 @@ def main() -> None:
         "restart_to_first_new_task_s_median": round(statistics.median(measured["restarts"]), 2),
         "restart_to_first_new_task_s_max": round(max(measured["restarts"]), 2),
         "private_server_restart_to_first_iteration_s": round(first_iteration["t"] - resumed.started, 2),
+        "rollout_worker_kill": ray_kill,
     }
     print(f"{'kill':<48} redone (s)")
     for k in measured["per_kill"]:

@@ -347,6 +347,11 @@ class RolloutConfig(_Section):
     top_k: int = Field(0, ge=0, description="sample from the k most likely tokens (0: all)")
     top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling mass (1: all)")
     shards: int = Field(1, gt=0, description="rollout work split into this many parallel tasks")
+    plan: Literal["lpt", "equal"] = Field(
+        "lpt",
+        description="how a round's prompts are split over the shards: lpt (by predicted cost, longest first, "
+        "to the least-loaded shard) or equal (in order, equal counts); the rollouts are the same either way",
+    )
     task_runner: Literal["threads", "ray"] = Field(
         "threads", description="where rollout shards run: this process's thread pool, or Ray workers (prefect-ray)"
     )

@@ -9,7 +9,8 @@ FoundationDB's simulation do. With the environment variable unset a failpoint co
 kills the process with SIGKILL when `<point>` is reached at `<iteration>`; with a delay, a timer
 fires that long after the point is reached, so the kill lands *inside* the work that follows
 (an orbax write, a safetensors write). With `SPOTRL_KILL_ONCE=<path>` it fires only if `<path>` does
-not exist, and creates it first, so a resubmitted run gets past the point.
+not exist, and creates it first (holding the killed pid), so a resubmitted run, or the retry of
+a Ray task on another worker, gets past the point.
 
 Points: rollout.sample, reward.score, update.step, checkpoint.save, checkpoint.seal, publish.write,
 publish.flip (see `POINTS`).
@@ -56,8 +57,8 @@ def failpoint(point: str, iteration: int) -> None:
     once = os.environ.get("SPOTRL_KILL_ONCE")
     if once:
         try:
-            with open(once, "x"):
-                pass
+            with open(once, "x") as record:
+                record.write(str(os.getpid()))  # which process the kill took
         except FileExistsError:
             return
     kill = lambda: os.kill(os.getpid(), signal.SIGKILL)  # noqa: E731

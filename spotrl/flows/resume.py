@@ -134,7 +134,7 @@ def _check_streams(checkpoints: CheckpointStore, config: RunConfig, iteration: i
     recorded = checkpoints.metadata(iteration).get("rng")
     if recorded is None:
         return  # the warm-start checkpoint: nothing random has been drawn by RL yet
-    expected = next_iteration_streams(config.seed, iteration, config.rollout.shards)
+    expected = next_iteration_streams(config.seed, iteration)
     if recorded != expected:
         raise rundir.RunDirError(
             f"{checkpoints.path(iteration)}: the random streams recorded for iteration {iteration + 1} differ from "
@@ -175,7 +175,7 @@ def seed_from_warm_start(run_dir: Path, config: RunConfig, source_dir: Path) -> 
     ctx = RunContext(run_dir, config)
     meta = {
         **meta,
-        "rng": next_iteration_streams(config.seed, 0, config.rollout.shards),
+        "rng": next_iteration_streams(config.seed, 0),
         "warm_start_from": str(source_dir),
     }
     ctx.checkpoints.save(0, ctx.initial_train_state(state["params"]), meta)

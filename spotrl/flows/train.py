@@ -1,6 +1,6 @@
 """The `train` flow: curate, warm start, then RL iterations as task groups inside one flow run.
 
-    curate -> warm-start -> [rollout (x shards) -> reward -> update -> checkpoint -> publish] x N
+    curate -> warm-start -> [rollout-plan -> rollout (x shards) -> reward -> update -> checkpoint -> publish] x N
 
 An iteration takes about a second here, and a sub-flow run costs about 1.1 s of fixed overhead, so
 iterations are groups of tasks in this flow, not sub-flows. Re-running the flow on the same run
@@ -29,6 +29,7 @@ from spotrl.flows.resume import eval_due, find_resume_point
 from spotrl.model.compiles import compile_count
 from spotrl.reporting.plots import make_report
 from spotrl.reporting.tensorboard import sync_tensorboard
+from spotrl.rollout.shards import idle_fraction
 from spotrl.storage.paths import AnyPath, as_path
 from spotrl.tasks import spmd, stages
 from spotrl.tasks.context import get_context
@@ -42,7 +43,8 @@ def _configured(run_dir: AnyPath, refresh: bool = False):
     damaged artifact, whose cached results may point at what was quarantined.
     """
     storage = result_storage(run_dir / "prefect-results")
-    names = ("curate", "warm_start", "rollout", "reward", "update", "checkpoint", "publish", "evaluate", "difficulty")
+    names = ("curate", "warm_start", "rollout_plan", "rollout", "reward", "update", "checkpoint", "publish")
+    names += ("evaluate", "difficulty")
     return {name: getattr(stages, name).with_options(result_storage=storage, refresh_cache=refresh) for name in names}
 
 
@@ -141,7 +143,10 @@ def _report(root: str) -> str | None:
 
 @contextlib.contextmanager
 def rollout_task_runner(config: RunConfig):
-    """The task runner rollout shards are mapped over: None (the flow's thread pool) or Ray."""
+    """The task runner rollout shards are mapped over: None (the flow's thread pool) or Ray.
+
+    A Ray worker that dies mid-shard fails only its Ray task, which Ray runs again on another worker
+    (max_retries, 3 by default) under the same Prefect task run: the flow never sees it."""
     if config.rollout.task_runner == "threads":
         yield None
         return
@@ -238,7 +243,9 @@ def _run(
     for iteration in range(start, config.iterations + 1):
         iteration_started, compiles_before = time.perf_counter(), compile_count()
         launch_ready(iteration)
-        rollouts, scored = _collect(tasks, config, root, iteration, in_flight.pop(iteration), fleet.runner(iteration))
+        rollouts, scored, plans = _collect(
+            tasks, config, root, iteration, in_flight.pop(iteration), fleet.runner(iteration)
+        )
         guard.check(f"in iteration {iteration} after its rollouts were scored")
         updated = tasks["update"](config_input, root, iteration, previous, scored)
         previous = tasks["checkpoint"](config_input, root, updated)
@@ -248,6 +255,7 @@ def _run(
         launch_ready(iteration + 1)  # the next iterations' rollouts start before this iteration's bookkeeping
         metrics = _iteration_metrics(
             iteration,
+            plans,
             rollouts,
             scored,
             updated,
@@ -291,7 +299,8 @@ def _launch(
     runner=None,
     difficulty: dict | None = None,
 ):
-    """Submit one round of rollouts (fanned out over shards) and their scoring; returns futures."""
+    """Plan one round of rollouts, submit its shards and their scoring; returns futures and the plan."""
+    plan = tasks["rollout_plan"](_task_input(config), root, iteration, generation_round, difficulty)
     # Ray pickles the arguments with the quote still on (a bare tuple arrives): it gets the config as is.
     parameters = {
         "config": unmapped(config if runner else _task_input(config)),
@@ -299,35 +308,37 @@ def _launch(
         "iteration": unmapped(iteration),
         "shard": range(config.rollout.shards),
         "weights": unmapped(weights),
+        "plan": unmapped(plan),
         "generation_round": unmapped(generation_round),
     }
-    if difficulty is not None:
-        parameters["difficulty"] = unmapped(difficulty)
     if runner is None:
         sampled = tasks["rollout"].map(**parameters)
     else:
         sampled = runner.map(tasks["rollout"], parameters)
-    return sampled, tasks["reward"].map(unmapped(_task_input(config)), unmapped(root), sampled), weights, difficulty
+    rewarded = tasks["reward"].map(unmapped(_task_input(config)), unmapped(root), sampled)
+    return sampled, rewarded, weights, difficulty, plan
 
 
 def _collect(
     tasks, config: RunConfig, root: str, iteration: int, launched, runner=None
-) -> tuple[list[dict], list[dict]]:
+) -> tuple[list[dict], list[dict], list[dict]]:
     """Wait for an iteration's rollouts and scores. With dynamic sampling (DAPO), further rounds
     (same weights) run until enough groups have signal or `max_rounds` is reached."""
     r, ds = config.rollout, config.algorithm.dynamic_sampling
     rollouts, scored = [], []
-    sampled, rewarded, weights, difficulty = launched
+    sampled, rewarded, weights, difficulty, plan = launched
+    plans = [plan]
     for generation_round in range(1 + (ds.max_rounds if ds.enabled else 0)):
         if generation_round:
             if sum(s["groups_with_signal"] for s in scored) >= r.prompts_per_iteration:
                 break
-            sampled, rewarded, _, _ = _launch(
+            sampled, rewarded, _, _, plan = _launch(
                 tasks, config, root, iteration, weights, generation_round, runner, difficulty
             )
+            plans.append(plan)
         scored += rewarded.result()
         rollouts += sampled.result()
-    return rollouts, scored
+    return rollouts, scored, plans
 
 
 def _evaluate(tasks, config: RunConfig, root: str, weights: dict, iteration: int) -> dict:
@@ -342,7 +353,7 @@ def _evaluate(tasks, config: RunConfig, root: str, weights: dict, iteration: int
     return result
 
 
-def _iteration_metrics(iteration, rollouts, scored, updated, weights, seconds, compilations) -> dict:
+def _iteration_metrics(iteration, plans, rollouts, scored, updated, weights, seconds, compilations) -> dict:
     rows = sum(s["rows"] for s in scored)
     tokens = sum(r["tokens"] for r in rollouts)
     rounds = {r["round"] for r in rollouts}  # shards of a round run in parallel, rounds one after another
@@ -358,6 +369,7 @@ def _iteration_metrics(iteration, rollouts, scored, updated, weights, seconds, c
         "generation_rounds": 1 + max(r["round"] for r in rollouts),
         "completion_length_mean": sum(s["length_sum"] for s in scored) / rows,
         "rollout_tokens": tokens,
+        "rollout_plan": [{k: p[k] for k in ("round", "sizes", "predicted_costs")} for p in plans],
         **{k: v for k, v in updated.items() if k not in skip},
         "tokens_per_s": tokens / max(rollout_seconds, 1e-9),
         "seconds": seconds,
@@ -365,6 +377,9 @@ def _iteration_metrics(iteration, rollouts, scored, updated, weights, seconds, c
         # (jit compilations in this process during the iteration: 0 in steady state, more after a restart)
         "timing": {
             "rollout_seconds": rollout_seconds,
+            "rollout_idle_fraction": idle_fraction(
+                [[r["rollout_seconds"] for r in rollouts if r["round"] == k] for k in sorted(rounds)]
+            ),
             "update_seconds": updated["update_seconds"],
             "compilations": compilations,
             "rollout_workers": sorted({r.get("worker", "") for r in rollouts}),

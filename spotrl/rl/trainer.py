@@ -122,7 +122,7 @@ def initial_metadata(config, data_sha256: str, warmstart: dict) -> dict:
         "data_sha256": data_sha256,
         "optimizer_steps": 0,
         "rollout_weights_versions": [],
-        "rng": next_iteration_streams(config.seed, 0, config.rollout.shards),
+        "rng": next_iteration_streams(config.seed, 0),
         "warmstart": warmstart,
     }
 
@@ -138,5 +138,5 @@ def checkpoint_metadata(config, iteration: int, before: dict, optimizer_steps: i
         "data_sha256": before["data_sha256"],
         "optimizer_steps": before["optimizer_steps"] + optimizer_steps,
         "rollout_weights_versions": before["rollout_weights_versions"] + [[iteration, versions]],
-        "rng": next_iteration_streams(config.seed, iteration, config.rollout.shards),
+        "rng": next_iteration_streams(config.seed, iteration),
     }

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
@@ -38,6 +39,9 @@ def sample_completions(
     key: jax.Array,
     max_chunk_rows: int = 1024,
     shared_prefill: bool | None = None,
+    prompt_ids: list[int] | None = None,
+    chunk_rows: int | None = None,
+    prompt_length: int | None = None,
 ) -> Completions:
     """group_size samples of every prompt, in chunks of at most max_chunk_rows rows.
 
@@ -46,21 +50,27 @@ def sample_completions(
     group_size times and prefilled per row (`generate`). When max_chunk_rows is a multiple of
     group_size (or all rows fit one chunk) both paths see the same chunks, batch shapes and keys,
     so they draw the same random numbers and differ only by floating-point rounding in the prefill.
+
+    Sample j of prompt i draws with fold_in(fold_in(key, prompt_ids[i]), j) (prompt_ids default to
+    0, 1, ...), whichever chunk or batch it lands in. `chunk_rows` fixes every chunk's row count
+    (short ones padded by repetition) and `prompt_length` the padded prompt length: with both fixed,
+    a completion comes out the same bit for bit in any batch (see rollout/shards.py).
     """
     if shared_prefill is None:
         shared_prefill = group_size > 1
     rows = [p for p in prompts for _ in range(group_size)]
-    prompt_tokens, prompt_valid = tokenizer.encode_batch_left_padded(list(prompts))
+    prompt_tokens, prompt_valid = tokenizer.encode_batch_left_padded(list(prompts), prompt_length)
     prompt_tokens = np.repeat(prompt_tokens, group_size, axis=0)
     prompt_valid = np.repeat(prompt_valid, group_size, axis=0)
-    chunk = min(len(rows), max_chunk_rows)
+    keys = sample_keys(key, np.arange(len(prompts)) if prompt_ids is None else prompt_ids, group_size)
+    chunk = chunk_rows or min(len(rows), max_chunk_rows)
     if shared_prefill:
         chunk = max(1, chunk // group_size) * group_size  # whole groups
     parts = []
-    for index, start in enumerate(range(0, len(rows), chunk)):
+    for start in range(0, len(rows), chunk):
         stop = min(start + chunk, len(rows))
         take = np.arange(start, start + chunk).clip(max=stop - 1)  # pad the last chunk by repetition
-        chunk_key = jax.random.fold_in(key, index)
+        chunk_key = keys[take]
         if shared_prefill:
             heads = take[::group_size]  # the first row of every group: one per prompt
             out = generate_groups(
@@ -81,6 +91,20 @@ def sample_completions(
         texts=[tokenizer.decode(t) for t in tokens],
         stopped=stopped,
     )
+
+
+def sample_keys(key: jax.Array, prompt_ids, group_size: int) -> jax.Array:
+    """The key of every row [len(prompt_ids) * group_size]: sample j of prompt p draws with
+    fold_in(fold_in(key, p), j)."""
+    ids = jnp.repeat(jnp.asarray(prompt_ids, jnp.uint32), group_size)
+    samples = jnp.tile(jnp.arange(group_size, dtype=jnp.uint32), len(prompt_ids))
+    return _fold_twice(key, ids, samples)
+
+
+@jax.jit
+def _fold_twice(key, first, second):
+    fold = jax.vmap(jax.random.fold_in, (None, 0))
+    return jax.vmap(jax.random.fold_in)(fold(key, first), second)
 
 
 def completions_frame(prompts, completions: Completions, group_size: int, weights_version: int) -> pd.DataFrame:

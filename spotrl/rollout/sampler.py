@@ -6,6 +6,10 @@ stop token. `generate_groups` samples several continuations of each prompt from 
 prompt's KV cache is computed once and copied to every sample of its group. Returned logprobs are
 those of the sampled tokens under softmax(logits / temperature) before top-k / top-p filtering:
 the distribution the trainer recomputes, so that on-policy importance ratios are 1.
+
+Every row samples from a key of its own (`keys` [B], or one key from which row r's is
+fold_in(key, r)): a row's tokens depend on its key and its prompt, not on which other rows share
+its batch, so a completion can be reproduced in any batch of the same padded shape.
 """
 
 from __future__ import annotations
@@ -67,14 +71,23 @@ def filter_logits(logits: jax.Array, top_k: int, top_p: float) -> jax.Array:
     return logits
 
 
-def sample_token(key: jax.Array, logits: jax.Array, params: SamplingParams) -> tuple[jax.Array, jax.Array]:
-    """One token per row from logits [B, V], and its behaviour logprob."""
+def row_keys(key: jax.Array, batch: int) -> jax.Array:
+    """Per-row keys [batch]: `key` itself if it already is one per row, else fold_in(key, row)."""
+    if key.ndim == 1:
+        if key.shape[0] != batch:
+            raise ValueError(f"{key.shape[0]} keys for {batch} rows")
+        return key
+    return jax.vmap(jax.random.fold_in, (None, 0))(key, jnp.arange(batch))
+
+
+def sample_token(keys: jax.Array, logits: jax.Array, params: SamplingParams) -> tuple[jax.Array, jax.Array]:
+    """One token per row from logits [B, V] (row b drawn with keys[b]), and its behaviour logprob."""
     if params.temperature == 0.0:
         token = jnp.argmax(logits, axis=-1)
         scaled = logits
     else:
         scaled = logits / params.temperature
-        token = jax.random.categorical(key, filter_logits(scaled, params.top_k, params.top_p), axis=-1)
+        token = jax.vmap(jax.random.categorical)(keys, filter_logits(scaled, params.top_k, params.top_p))
     logprob = jnp.take_along_axis(jax.nn.log_softmax(scaled, axis=-1), token[:, None], axis=-1)[:, 0]
     return token.astype(jnp.int32), logprob
 
@@ -84,6 +97,7 @@ def _decode(model, logits, cache, key_valid, next_pos, key, params: SamplingPara
     prompt_len + max_new_tokens slots whose first prompt_len are filled, next_pos [B]."""
     batch = logits.shape[0]
     new = params.max_new_tokens
+    keys = row_keys(key, batch)
 
     def cond(carry):
         i, _, _, done, _, _, _ = carry
@@ -91,7 +105,8 @@ def _decode(model, logits, cache, key_valid, next_pos, key, params: SamplingPara
 
     def body(carry):
         i, last_logits, cache, done, pos, tokens, logprobs = carry
-        token, logprob = sample_token(jax.random.fold_in(key, i), last_logits, params)
+        step_keys = jax.vmap(jax.random.fold_in, (0, None))(keys, i)
+        token, logprob = sample_token(step_keys, last_logits, params)
         token = jnp.where(done, params.pad_token, token)
         logprob = jnp.where(done, 0.0, logprob)
         tokens = tokens.at[:, i].set(token)
@@ -162,7 +177,8 @@ def generate(
     key: jax.Array,
     params: SamplingParams,
 ) -> SampleOutput:
-    """Sample continuations of left-padded prompts [B, P] (prompt_valid marks real tokens)."""
+    """Sample continuations of left-padded prompts [B, P] (prompt_valid marks real tokens), row b
+    with key[b] (`key` [B]) or with fold_in(key, b) (one key)."""
     return _generate(
         graphdef, state, jnp.asarray(prompt_tokens, jnp.int32), jnp.asarray(prompt_valid, bool), key, params
     )
@@ -179,8 +195,9 @@ def generate_groups(
 ) -> SampleOutput:
     """group_size samples of each left-padded prompt [U, P], prefilling every prompt once.
 
-    Returns [U * group_size, N] rows, row r a sample of prompt r // group_size: the same rows, and
-    for the same key the same random draws, as `generate` on the prompts repeated group_size times
+    Returns [U * group_size, N] rows, row r a sample of prompt r // group_size, drawn with key[r]
+    (`key` [U * group_size]) or fold_in(key, r): the same rows, and for the same keys the same
+    random draws, as `generate` on the prompts repeated group_size times
     (np.repeat(prompt_tokens, group_size, axis=0)), at the prefill cost of U prompts instead of
     U * group_size.
     """

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
 import pandas as pd
 from prefect import task
 from prefect.cache_policies import INPUTS, TASK_SOURCE, CacheKeyFnPolicy
@@ -28,6 +29,7 @@ from spotrl.rl.batch import training_batch
 from spotrl.rl.shaping import reward_summary, shaped_rewards
 from spotrl.rl.trainer import checkpoint_metadata, initial_metadata, starting_params, update_on_batch
 from spotrl.rng import derive_key, rollout_key
+from spotrl.rollout import shards
 from spotrl.rollout.completions import completions_frame, sample_completions
 from spotrl.storage.failures import is_environment_failure
 from spotrl.storage.lease import worker_id
@@ -65,6 +67,11 @@ def _rollout_run_name(parameters: dict) -> str:
     """rollout-i0007-s2: the UI tells the task runs apart by iteration and shard (-r1: a DAPO extra round)."""
     extra = parameters.get("generation_round", 0)
     return f"rollout-i{parameters['iteration']:04d}-s{parameters['shard']}" + (f"-r{extra}" if extra else "")
+
+
+def _plan_run_name(parameters: dict) -> str:
+    extra = parameters.get("generation_round", 0)
+    return f"rollout-plan-i{parameters['iteration']:04d}" + (f"-r{extra}" if extra else "")
 
 
 # The config only names source files: their content goes into the key too, so an edited file re-curates.
@@ -122,17 +129,12 @@ def difficulty(config: RunConfig, run_dir: str, iteration: int, weights_version:
     )
 
 
-@task(name="rollout", task_run_name=_rollout_run_name, **STAGE_OPTIONS)
-def rollout(
-    config: RunConfig,
-    run_dir: str,
-    iteration: int,
-    shard: int,
-    weights: dict,
-    generation_round: int = 0,
-    difficulty: dict | None = None,
+@task(name="rollout-plan", task_run_name=_plan_run_name, **STAGE_OPTIONS)
+def rollout_plan(
+    config: RunConfig, run_dir: str, iteration: int, generation_round: int = 0, difficulty: dict | None = None
 ) -> dict:
-    """Sample this shard's prompts of the iteration, `group_size` completions each, with `weights`.
+    """Which of the round's prompts each shard samples (rollout/shards.py), from the completion
+    lengths of the iterations the round cannot overtake (<= iteration - 1 - max_staleness).
 
     Round 0 takes the iteration's prompts in the seeded data order; rounds >= 1 are dynamic
     sampling's extra generations, on prompts drawn from a stream of their own. With a `difficulty`
@@ -141,9 +143,35 @@ def rollout(
     ctx = get_context(run_dir, config)
     r, train = config.rollout, ctx.split("train")
     pool = curriculum.stream_rows(train, difficulty, config.curation.difficulty, r.prompts_per_iteration)
-    prompts = train.select(
-        rollout_rows(config.seed, iteration, generation_round, pool, r.prompts_per_iteration, r.shards, shard).tolist()
-    )
+    rows = rollout_rows(config.seed, iteration, generation_round, pool, r.prompts_per_iteration, 1, 0)
+    prompts = train.select(rows.tolist())
+    _, valid = ctx.tokenizer.encode_batch_left_padded(list(prompts["prompt"]))
+    record = shards.length_record(ctx.run_dir, iteration - 1 - r.max_staleness)
+    costs = shards.predicted_costs(prompts["id"], valid.sum(axis=1).tolist(), record, r.max_new_tokens / 2)
+    plan = shards.PLANS[r.plan](costs, r.shards)
+    return {
+        "iteration": iteration,
+        "round": generation_round,
+        "rows": rows.tolist(),  # the round's prompts (training rows), in the order their keys follow
+        "shards": plan,  # positions in `rows`, per shard
+        "prompt_length": int(valid.shape[1]),  # every shard pads its prompts to this length
+        **shards.plan_summary(plan, costs),
+    }
+
+
+@task(name="rollout", task_run_name=_rollout_run_name, **STAGE_OPTIONS)
+def rollout(
+    config: RunConfig, run_dir: str, iteration: int, shard: int, weights: dict, plan: dict, generation_round: int = 0
+) -> dict:
+    """Sample shard `shard` of the round's `plan`, `group_size` completions per prompt, with `weights`.
+
+    Sample j of the round's prompt i draws with its own key (rng.rollout_key), and the batch has the
+    same shape on every shard, so the rows come out the same whichever shard samples them.
+    """
+    ctx = get_context(run_dir, config)
+    r, train = config.rollout, ctx.split("train")
+    positions = plan["shards"][shard]
+    prompts = train.select([plan["rows"][i] for i in positions])
     started = time.perf_counter()
     completions = sample_completions(
         ctx.policy.graphdef,
@@ -152,11 +180,15 @@ def rollout(
         prompts["prompt"],
         r.group_size,
         ctx.sampling(r.temperature),
-        rollout_key(config.seed, iteration, shard, generation_round),
+        rollout_key(config.seed, iteration, generation_round),
+        prompt_ids=positions,
+        chunk_rows=shards.shard_capacity(r.prompts_per_iteration, r.shards) * r.group_size,
+        prompt_length=plan["prompt_length"],
     )
     seconds = time.perf_counter() - started
     failpoint("rollout.sample", iteration)
     frame = completions_frame(prompts, completions, r.group_size, weights["version"])
+    frame["round"], frame["slot"] = generation_round, np.repeat(np.asarray(positions, np.int64), r.group_size)
     path, sha256 = write_shard(
         ctx.run_dir / "rollouts", iteration, shard + generation_round * r.shards, "rollouts", frame
     )
@@ -208,6 +240,8 @@ def update(config: RunConfig, run_dir: str, iteration: int, previous: dict, scor
     started = time.perf_counter()
     r = config.rollout
     frame = pd.concat([read_shard(ref["uri"], ref["sha256"]) for ref in scored], ignore_index=True)
+    # the rounds' prompts in their drawn order, whichever shard sampled them: the shard plan changes nothing
+    frame = frame.sort_values(["round", "slot", "sample"], kind="stable", ignore_index=True)
     batch = training_batch(
         frame,
         iteration,

@@ -1,4 +1,5 @@
-"""Rollout shards fanned out over a real local Ray (prefect-ray) give the same run as the thread pool.
+"""Rollout shards fanned out over a real local Ray (prefect-ray) give the same run as the thread pool,
+even when a Ray worker is SIGKILLed in the middle of a shard.
 
 Each run is a `spotrl train` process of its own, so Ray never starts inside the test process (Ray's
 threads next to JAX's in pytest's long-lived process are what we do not want to share a crash with).
@@ -8,20 +9,23 @@ import os
 
 from conftest import LEARNING_OVERRIDES
 
-from spotrl.chaos import read_jsonl, run_attempt, strip_timing
+from spotrl.chaos import Kill, read_jsonl, run_attempt, strip_timing
 from spotrl.storage.weights import WeightStore
 
 
-def test_ray_fan_out_matches_the_thread_pool(prefect_harness, tmp_path):
+def test_ray_fan_out_matches_the_thread_pool_even_when_a_worker_dies(prefect_harness, tmp_path):
     from prefect.settings import PREFECT_API_URL
 
-    env = {**os.environ, "PREFECT_API_URL": PREFECT_API_URL.value()}
+    # the Ray run: the first worker to finish sampling a shard SIGKILLs itself before writing it
+    killed = tmp_path / "killed-pid"
+    env = {**os.environ, "PREFECT_API_URL": PREFECT_API_URL.value(), "SPOTRL_KILL_ONCE": str(killed)}
     overrides = LEARNING_OVERRIDES + ["iterations=1", "rollout.shards=2", "eval.prompts=8"]
     runs, drivers = {}, {}
     for runner in ("threads", "ray"):
         attempt = run_attempt(
             tmp_path / runner,
             overrides + [f"rollout.task_runner={runner}"],
+            Kill(failpoint="rollout.sample@1") if runner == "ray" else None,
             env=env,
             on_line=lambda process, line, r=runner: drivers.setdefault(r, process.pid),
         )
@@ -33,3 +37,6 @@ def test_ray_fan_out_matches_the_thread_pool(prefect_harness, tmp_path):
     pids = {r: {int(w.rsplit(":", 1)[1]) for m in runs[r] for w in m["timing"]["rollout_workers"]} for r in runs}
     assert pids["threads"] == {drivers["threads"]}  # the flow's own process
     assert pids["ray"] and drivers["ray"] not in pids["ray"]  # the shards ran in Ray worker processes
+    # a worker died mid-shard (the flow kept running: one attempt, returncode 0); Ray ran that shard
+    # again on another worker
+    assert int(killed.read_text()) not in pids["ray"]

@@ -135,7 +135,7 @@ def test_changed_random_streams_are_refused(finished, config, tmp_path, monkeypa
     from spotrl.flows import resume
 
     run_dir = _copy(finished, tmp_path)
-    monkeypatch.setattr(resume, "next_iteration_streams", lambda seed, it, shards: {"changed": True})
+    monkeypatch.setattr(resume, "next_iteration_streams", lambda seed, it: {"changed": True})
     with pytest.raises(rundir.RunDirError, match="random streams recorded"):
         find_resume_point(run_dir, config, CheckpointStore(run_dir / "checkpoints"), WeightStore(run_dir / "weights"))
 
@@ -150,7 +150,7 @@ def test_checkpoint_metadata_holds_the_whole_run_state(finished, config):
     assert meta["rollout_weights_versions"] == [[i, [i - 1]] for i in range(1, ITERATIONS + 1)]
     steps = sum(m["optimizer_steps"] for m in read_jsonl(finished / "metrics.jsonl"))
     assert meta["optimizer_steps"] == steps == ITERATIONS * config.algorithm.minibatches * config.algorithm.epochs
-    assert meta["rng"]["iteration"] == ITERATIONS + 1 and len(meta["rng"]["rollout"]) == r.shards
+    assert meta["rng"]["iteration"] == ITERATIONS + 1 and len(meta["rng"]["rollout"]) == 2
 
 
 def test_a_run_directory_is_trained_by_one_process_at_a_time(tmp_path):

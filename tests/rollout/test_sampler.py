@@ -246,6 +246,38 @@ def test_sample_completions_shared_prefill_equals_repeated_path(max_chunk_rows):
     np.testing.assert_array_equal(default.tokens, shared.tokens)
 
 
+def test_a_sample_is_the_same_in_any_shard_of_the_same_shape():
+    """Per-sample keys: split 6 prompts into shards of 3 two ways (batches padded to 3 prompts and one
+    prompt length); every completion comes out bit for bit the same as sampled all together."""
+    graphdef, state = nnx.split(
+        Transformer(ModelConfig(vocab_size=16, hidden_size=32, intermediate_size=48), rngs=nnx.Rngs(3))
+    )
+    prompts, g = ["12", "3456", "7", "89", "0", "555"], 4
+    params = SamplingParams(max_new_tokens=6, stop_token=1, temperature=1.0)
+
+    def sample(ids):
+        out = sample_completions(
+            graphdef,
+            state,
+            _Tok(),
+            [prompts[i] for i in ids],
+            g,
+            params,
+            jax.random.key(9),
+            prompt_ids=ids,
+            chunk_rows=3 * g,
+            prompt_length=5,
+        )
+        return {(i, j): (out.tokens[k * g + j], out.logprobs[k * g + j]) for k, i in enumerate(ids) for j in range(g)}
+
+    whole = {**sample([0, 1, 2]), **sample([3, 4, 5])}
+    other = {**sample([1, 3, 5]), **sample([0, 2]), **sample([4])}  # another plan; short shards padded to 3
+    for sample_id, (tokens, logprobs) in whole.items():
+        np.testing.assert_array_equal(other[sample_id][0], tokens)
+        np.testing.assert_array_equal(other[sample_id][1], logprobs)
+    assert len({tuple(whole[(0, j)][0]) for j in range(g)}) > 1  # the samples of a group differ
+
+
 def test_compile_counter_counts_sampler_compilations():
     _, graphdef, state, prompts, valid, g = _group_setup()
     params = SamplingParams(max_new_tokens=3, stop_token=99, temperature=0.0)
