@@ -1,285 +1,223 @@
-"""Math answers: extract the final answer from a completion, normalise it, compare for equivalence.
+"""Math answers: extraction and equivalence by `math_verify` (what TRL and open-r1 report against).
 
     extract_answer("... so the total is \\boxed{\\frac{3}{4}}.")  -> "\\frac{3}{4}"
     equivalent("\\frac{3}{4}", "0.75")                            -> True
     math_reward(completion, stopped, reference)                  -> 1.0 or 0.0
 
-Extraction, in order: the last \\boxed{...} / \\fbox{...} (nested braces), a GSM8K "#### x" line,
-the last "answer: x" / "answer is x", else the last number in the text. Only the last candidate
-counts, so hedging ("\\boxed{5} or \\boxed{6}") gains nothing.
+What is read and compared is math_verify's (see `spotrl.rewards.math_judge`): the last \\boxed{}
+first, then "final answer is" / "answer:", LaTeX in $...$, the last number; values compared
+symbolically and numerically by sympy (fractions, roots, pi, percent, intervals, sets, tuples,
+matrices, equations), text as text. A reference is the answer itself, or the answer a solution
+states (\\boxed{...}, or a GSM8K "#### x" line).
 
-Equivalence: both sides are normalised (LaTeX fractions, roots, \\cdot, thousands separators,
-units and \\text{...}, "x = ", degrees and percent signs, mixed numbers like 2\\frac{1}{2}) and
-evaluated with `expr` (no eval): exact rationals compare exactly ("0.5" == "1/2", "0.333" !=
-"1/3"); values with sqrt/pi compare within a relative 1e-9, but a decimal answer never matches an
-irrational reference ("1.414" != "\\sqrt{2}"); expressions with variables compare at fixed rational
-points ("2(x+1)" == "2x+2"). Tuples compare in order, bare comma lists as multisets; anything
-that does not parse compares as normalised text ("Yes" == "yes").
+Where it runs: in a pool of judge processes (`python -m spotrl.rewards.math_judge`), one per
+thread that verifies at the same time, each kept for the next call. sympy can work without end on
+some answers, math_verify's own time limit is a SIGALRM that only a main thread can take, and
+the trainer verifies from Prefect's worker threads; a judge process is a main thread. A call
+that runs past `TIME_LIMIT_S` is a wrong answer (0.0, as math_verify and the code sandbox score a
+timeout); one whose judge does not answer even `GRACE_S` later is killed and also scores 0.0.
+A judge that cannot start, dies twice on the same call, or reports a bug of its own raises
+`MathJudgeError`: an error of the reward stage, never a 0.
 """
 
 from __future__ import annotations
 
-import math
+import atexit
+import contextlib
+import json
+import logging
+import os
 import re
-from fractions import Fraction
+import select
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
 
-from spotrl.rewards import expr as ex
+log = logging.getLogger("spotrl.rewards.math")
 
-POINTS = (Fraction(7, 3), Fraction(-5, 2), Fraction(11, 7), Fraction(13, 5), Fraction(-17, 11))
-REL_TOL, ABS_TOL = 1e-9, 1e-12
-MAX_ANSWER_CHARS = 400
-
-_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:/\d+)?|-?\.\d+")
-_ANSWER_IS = re.compile(r"(?i)(?:final\s+answer|answer)\s*(?:is\s*[:=]?|[:=])\s*")
+TIME_LIMIT_S = 5.0  # per call (extraction + parse + compare); math_verify's own default
+GRACE_S = 5.0  # on top of the limit, before a silent judge is killed (stuck in C code, or stopped)
+START_TIMEOUT_S = 120.0  # importing sympy on two busy cores
+MAX_ANSWER_CHARS = 400  # an extracted answer longer than this is not an answer
 
 
-def _braced(text: str, start: int) -> tuple[str, int] | None:
-    """The content of the brace group opening at text[start] == '{', and the index after it."""
+class MathJudgeError(RuntimeError):
+    """The judge process itself failed (not the answer): never a reward of 0."""
+
+
+class _Silent(Exception):
+    """The judge did not answer within the deadline."""
+
+
+class _Died(Exception):
+    """The judge's pipe closed (it exited or was killed)."""
+
+
+class _Judge:
+    """One judge process and its pipes."""
+
+    def __init__(self, time_limit_s: float):
+        root = str(Path(__file__).resolve().parents[2])  # the judge imports this same spotrl
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "spotrl.rewards.math_judge", repr(time_limit_s)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env,
+        )
+        self._buffer = b""
+        try:
+            ready = self._read(time.monotonic() + START_TIMEOUT_S)
+        except (_Silent, _Died) as e:
+            self.kill()
+            raise MathJudgeError(f"the math judge did not start ({type(e).__name__}, exit {self.proc.poll()})") from e
+        if ready.get("status") != "ready":
+            self.kill()
+            raise MathJudgeError(f"the math judge did not start: {ready}")
+
+    def request(self, op: str, args: list, deadline: float) -> dict:
+        try:
+            self.proc.stdin.write((json.dumps({"op": op, "args": args}) + "\n").encode())
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError) as e:
+            raise _Died(str(e)) from e
+        return self._read(deadline)
+
+    def _read(self, deadline: float) -> dict:
+        fd = self.proc.stdout.fileno()
+        while b"\n" not in self._buffer:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
+                raise _Silent
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                raise _Died(f"exit {self.proc.poll()}")
+            self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        return json.loads(line)
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            with contextlib.suppress(OSError):  # a request still in stdin's buffer has nowhere to go
+                pipe.close()
+
+    def close(self) -> None:
+        try:
+            self.proc.stdin.close()  # the judge exits at the end of its input
+            self.proc.wait(timeout=5)
+        except (OSError, subprocess.TimeoutExpired):
+            self.proc.kill()
+            self.proc.wait()
+        self.proc.stdout.close()
+
+
+class MathJudges:
+    """A pool of judge processes, safe to call from any thread; grows to the number of concurrent callers."""
+
+    def __init__(self, time_limit_s: float = TIME_LIMIT_S, grace_s: float = GRACE_S):
+        self.time_limit_s, self.grace_s = time_limit_s, grace_s
+        self._idle: list[_Judge] = []
+        self._lock = threading.Lock()
+        self.timeouts = 0  # calls scored as timeouts (judge's limit or killed)
+
+    def call(self, op: str, *args):
+        """The judge's result for `op`, or None when the call ran past the time limit or a memory limit."""
+        for attempt in (1, 2):
+            judge = self._acquire()
+            try:
+                reply = judge.request(op, list(args), time.monotonic() + self.time_limit_s + self.grace_s)
+            except _Silent:
+                judge.kill()
+                self.timeouts += 1
+                log.warning("math judge silent %.1f s after its limit: killed, scored as a timeout", self.grace_s)
+                return None
+            except _Died as e:
+                judge.kill()
+                if attempt == 2:
+                    raise MathJudgeError(f"the math judge died twice on one {op} call ({e})") from e
+                continue
+            self._release(judge)
+            if reply["status"] == "ok":
+                return reply["result"]
+            if reply["status"] in ("timeout", "limit"):
+                self.timeouts += reply["status"] == "timeout"
+                return None
+            raise MathJudgeError(f"math judge: {reply.get('detail', reply)}")
+
+    def _acquire(self) -> _Judge:
+        with self._lock:
+            if self._idle:
+                return self._idle.pop()  # the one used last: its reference cache is warm
+        return _Judge(self.time_limit_s)
+
+    def _release(self, judge: _Judge) -> None:
+        with self._lock:
+            self._idle.append(judge)
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for judge in idle:
+            judge.close()
+
+
+_default: MathJudges | None = None
+_default_pid = 0
+_default_lock = threading.Lock()
+
+
+def default_judges() -> MathJudges:
+    """The process-wide pool (a fresh one in a forked child: pipes are not shared across processes)."""
+    global _default, _default_pid
+    with _default_lock:
+        if _default is None or _default_pid != os.getpid():
+            _default, _default_pid = MathJudges(), os.getpid()
+            atexit.register(_default.close)
+        return _default
+
+
+# ----------------------------------------------------------------------------------- the answers
+
+
+def _braced(text: str, start: int) -> str | None:
+    """The content of the brace group opening at text[start] == '{'."""
     depth = 0
     for i in range(start, len(text)):
-        if text[i] == "{":
-            depth += 1
-        elif text[i] == "}":
-            depth -= 1
-            if depth == 0:
-                return text[start + 1 : i], i + 1
+        depth += (text[i] == "{") - (text[i] == "}")
+        if depth == 0:
+            return text[start + 1 : i]
     return None
 
 
-def last_boxed(text: str) -> str | None:
-    best = None
-    for m in re.finditer(r"\\(?:boxed|fbox)\s*", text):
-        if m.end() < len(text) and text[m.end()] == "{":
-            group = _braced(text, m.end())
-            if group is not None:
-                best = group[0]
-        else:
-            tail = re.match(r"\s*([^\s$]+)", text[m.end() :])
-            if tail:
-                best = tail.group(1)
-    return best
+def reference_answer(reference: str) -> str:
+    """The answer a reference holds: itself, or what a solution states (the last \\boxed{}, or "#### x")."""
+    boxes = [m.end() for m in re.finditer(r"\\(?:boxed|fbox)\s*(?=\{)", reference)]
+    if boxes and (content := _braced(reference, boxes[-1])) is not None:
+        return content.strip()
+    hashes = re.findall(r"####\s*([^\n]+)", reference)
+    return hashes[-1].strip() if hashes else reference
 
 
-def extract_answer(text: str) -> str | None:
-    """The final answer in a completion (or a reference solution), or None if there is none."""
-    boxed = last_boxed(text)
-    if boxed is not None:
-        return boxed.strip()
-    hashes = re.findall(r"####\s*([^\n]+)", text)
-    if hashes:
-        return hashes[-1].strip()
-    stated = list(_ANSWER_IS.finditer(text))
-    if stated:
-        line = text[stated[-1].end() :].split("\n", 1)[0].strip()
-        line = re.sub(r"[.\s]+$", "", line)
-        if line:
-            return line
-    numbers = _NUMBER.findall(text)
-    return numbers[-1] if numbers else None
+def extract_answer(text: str, judges: MathJudges | None = None) -> str | None:
+    """The final answer math_verify reads in a completion, as text, or None if there is none."""
+    return (judges or default_judges()).call("extract", text) if text.strip() else None
 
 
-# ------------------------------------------------------------------------------------ normalise
-
-_TEXT_CMDS = r"\\(?:text|textbf|textit|mathrm|mathbf|mathit|operatorname|mbox)\s*"
-_UNIT_WORDS = re.compile(r"^(-?[\d.,/]+)\s+(?!(?:pi|sqrt)\b)[a-zA-Z]{2,}\.?(?:\s+[a-zA-Z]{2,}\.?){0,2}$")
-_WORD = re.compile(r"[a-zA-Z]{2,}")
-
-
-def _replace_braced(text: str, command: str, render) -> str:
-    """Replace `\\command{a}{b}...` (arity = render's argument count) using `render`."""
-    arity = render.__code__.co_argcount
-    out, i = [], 0
-    pattern = re.compile(command)
-    while True:
-        m = pattern.search(text, i)
-        if not m:
-            out.append(text[i:])
-            return "".join(out)
-        out.append(text[i : m.start()])
-        j, args = m.end(), []
-        for _ in range(arity):
-            while j < len(text) and text[j] == " ":
-                j += 1
-            if j < len(text) and text[j] == "{":
-                group = _braced(text, j)
-                if group is None:
-                    break
-                args.append(group[0])
-                j = group[1]
-            elif j < len(text) and text[j] != "\\":
-                args.append(text[j])  # \frac12
-                j += 1
-            else:
-                break
-        if len(args) == arity:
-            out.append(render(*args))
-        else:
-            out.append(text[m.start() : j])
-        i = j
-
-
-def normalise(answer: str) -> str:
-    """Canonical text of an answer (LaTeX and notation removed), still a string."""
-    s = answer.strip()
-    s = s.replace("\\$", "").replace("$", "").strip()
-    s = re.sub(r"^\\\(|\\\)$|^\\\[|\\\]$", "", s).strip()
-    s = _replace_braced(s, _TEXT_CMDS, lambda a: " " + a + " ")
-    s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
-    s = re.sub(r"\\(?:left|right|displaystyle)\b", "", s)
-    s = re.sub(r"\\[,;:! ]|~", " ", s)
-    s = re.sub(r"\^\s*\{?\\circ\}?|°|\\degree", "", s)
-    s = re.sub(r"\\?%", "", s)
-    s = re.sub(r"(\d)\s*\\frac\s*\{(\d+)\}\s*\{(\d+)\}", r"(\1+\\frac{\2}{\3})", s)  # mixed number 2\frac{1}{2}
-    s = _replace_braced(s, r"\\frac", lambda a, b: f"(({a})/({b}))")
-    s = _replace_braced(s, r"\\sqrt", lambda a: f"sqrt({a})")
-    s = s.replace("\\cdot", "*").replace("\\times", "*").replace("\\div", "/").replace("\\pi", "pi")
-    s = re.sub(r"(\d)\s*[eE]([+-]?\d+)\b", r"\1*10^(\2)", s)
-    s = s.replace("{", "(").replace("}", ")").replace("\\", "")
-    s = re.sub(r"^\s*[a-zA-Z]\s*=\s*(?=\S)", "", s)  # "x = 5" -> "5"
-    s = re.sub(r"\s+", " ", s).strip().rstrip(".").strip()
-    if re.fullmatch(r"-?\d{1,3}(,\d{3})+(\.\d+)?", s):
-        s = s.replace(",", "")
-    unit = _UNIT_WORDS.match(s)
-    if unit:  # "5 apples", "12 cm" -> the number
-        s = unit.group(1)
-        if re.fullmatch(r"-?\d{1,3}(,\d{3})+(\.\d+)?", s):
-            s = s.replace(",", "")
-    return s
-
-
-# ---------------------------------------------------------------------------------- equivalence
-
-
-def _split_top(s: str) -> list[str]:
-    parts, depth, cur = [], 0, []
-    for ch in s:
-        if ch in "([":
-            depth += 1
-        elif ch in ")]":
-            depth -= 1
-        if ch == "," and depth == 0:
-            parts.append("".join(cur))
-            cur = []
-        else:
-            cur.append(ch)
-    parts.append("".join(cur))
-    return [p.strip() for p in parts]
-
-
-def _structure(s: str):
-    """('tuple', items) for '(a, b)', ('interval', brackets, items), ('list', items) for 'a, b', or ('one', s)."""
-    if len(s) >= 2 and s[0] in "([" and s[-1] in ")]" and _matching_outer(s):
-        inner = _split_top(s[1:-1])
-        if len(inner) > 1:
-            return ("seq", s[0] + s[-1], inner)
-    parts = _split_top(s)
-    if len(parts) > 1:
-        return ("set", "", parts)
-    return ("one", "", [s])
-
-
-def _matching_outer(s: str) -> bool:
-    depth = 0
-    for i, ch in enumerate(s):
-        depth += ch in "(["
-        depth -= ch in ")]"
-        if depth == 0 and i < len(s) - 1:
-            return False
-    return True
-
-
-def _value(s: str):
-    """('num', value, has_decimal) or ('expr', node) or None when `s` is not an expression (a word
-    of two or more letters other than sqrt and pi makes it text: "yes", "(A)", "none")."""
-    if any(word not in ("sqrt", "pi") for word in _WORD.findall(s)):
-        return None
-    try:
-        node = ex.parse(s)
-    except (ex.ExprError, RecursionError):
-        return None
-    if ex.variables(node):
-        return ("expr", node)
-    try:
-        return ("num", ex.evaluate(node), "." in s)
-    except (ex.ExprError, ZeroDivisionError, OverflowError, ValueError, RecursionError):
-        return None
-
-
-def _close(a, b) -> bool:
-    if isinstance(a, Fraction) and isinstance(b, Fraction):
-        return a == b
-    return math.isclose(float(a), float(b), rel_tol=REL_TOL, abs_tol=ABS_TOL)
-
-
-def _same_scalar(a: str, b: str) -> bool:
-    va, vb = _value(a), _value(b)
-    if va is None or vb is None:
-        return _text(a) == _text(b) and va is None and vb is None
-    if va[0] == "num" and vb[0] == "num":
-        (_, x, x_dec), (_, y, y_dec) = va, vb
-        if isinstance(x, Fraction) != isinstance(y, Fraction) and (x_dec or y_dec):
-            return False  # a decimal never equals an irrational (1.414 vs sqrt(2))
-        return _close(x, y)
-    if va[0] == "expr" and vb[0] == "expr":
-        names = sorted(ex.variables(va[1]) | ex.variables(vb[1]))
-        checked = 0
-        for k in range(len(POINTS)):
-            env = {name: POINTS[(k + j) % len(POINTS)] + j for j, name in enumerate(names)}
-            try:
-                x, y = ex.evaluate(va[1], env), ex.evaluate(vb[1], env)
-            except ZeroDivisionError:
-                continue
-            except (ex.ExprError, OverflowError, ValueError, RecursionError):
-                return False
-            if not _close(x, y):
-                return False
-            checked += 1
-        return checked >= 2
-    return False
-
-
-def _text(s: str) -> str:
-    return re.sub(r"\s+", "", s).lower()
-
-
-def equivalent(answer: str | None, reference: str | None) -> bool:
-    """Whether two extracted answers mean the same value (see the module docstring)."""
-    if answer is None or reference is None:
+def equivalent(answer: str | None, reference: str | None, judges: MathJudges | None = None) -> bool:
+    """Whether two answers (not whole completions) mean the same value."""
+    if not answer or not reference or not answer.strip() or not reference.strip():
         return False
     if len(answer) > MAX_ANSWER_CHARS or len(reference) > MAX_ANSWER_CHARS:
         return False
-    a, b = normalise(answer), normalise(reference)
-    if not a or not b:
-        return False
-    if a == b:
-        return True
-    sa, sb = _structure(a), _structure(b)
-    if sa[0] != sb[0] or len(sa[2]) != len(sb[2]):
-        return False
-    if sa[0] == "one":
-        return _same_scalar(a, b)
-    if sa[0] == "seq":
-        return sa[1] == sb[1] and all(_same_scalar(x, y) for x, y in zip(sa[2], sb[2]))
-    unmatched = list(sb[2])
-    for x in sa[2]:
-        for i, y in enumerate(unmatched):
-            if _same_scalar(x, y):
-                del unmatched[i]
-                break
-        else:
-            return False
-    return True
+    return bool((judges or default_judges()).call("equivalent", answer, reference))
 
 
-def reference_answer(reference: str) -> str:
-    """The answer a reference holds: itself, or what it states (a solution with \\boxed or ####)."""
-    if "\\boxed" in reference or "\\fbox" in reference or "####" in reference:
-        return extract_answer(reference) or reference
-    return reference
-
-
-def math_reward(completion: str, stopped: bool, reference: str) -> float:
+def math_reward(completion: str, stopped: bool, reference: str, judges: MathJudges | None = None) -> float:
     """1.0 when the completion ended by itself and its final answer is equivalent to the reference."""
-    if not stopped:
+    if not stopped or not completion.strip():
         return 0.0
-    return float(equivalent(extract_answer(completion), reference_answer(reference)))
+    return float((judges or default_judges()).call("reward", completion, reference_answer(reference)) or 0.0)

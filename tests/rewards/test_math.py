@@ -1,11 +1,14 @@
-"""Math answers: extraction, normalisation, a table of equivalent and non-equivalent answers, reward
-composition with format terms gated by correctness."""
+"""Math answers: extraction, a table of equivalent and non-equivalent answers, the judge process's
+time limit and failures, reward composition with format terms gated by correctness."""
+
+import os
+import signal
+import sys
 
 import pytest
 
-from spotrl.rewards import expr
 from spotrl.rewards.compose import Term, boxed_format, compose, length_overflow, stopped_format
-from spotrl.rewards.math import equivalent, extract_answer, math_reward, normalise, reference_answer
+from spotrl.rewards.math import MathJudgeError, MathJudges, equivalent, extract_answer, math_reward, reference_answer
 from spotrl.rewards.score import score
 from spotrl.rewards.verifiers import get_verifier
 
@@ -85,16 +88,17 @@ def test_non_equivalent_answers(answer, reference):
     "text, expected",
     [
         ("so \\boxed{\\frac{1}{\\sqrt{2}}} done", "\\frac{1}{\\sqrt{2}}"),
-        ("\\boxed{\\{1, 2\\}} and \\boxed{{a}^{b}}", "{a}^{b}"),  # nested braces, the last box
-        ("\\boxed{5} or maybe \\boxed{6}", "6"),  # hedging: only the last counts
+        ("\\boxed{\\{1, 2\\}} was my first guess but it is \\boxed{{a}^{b}}", "{a}^{b}"),  # nested braces, the last box
+        ("\\boxed{\\{1, 2\\}} and \\boxed{{a}^{b}}", "\\{1, 2\\},{a}^{b}"),  # boxes joined by "and": one answer
+        ("\\boxed{5} or maybe \\boxed{6}", "5,6"),  # hedging: the set {5, 6}, equal to neither
         ("\\fbox{7}", "7"),
         ("\\boxed 7", "7"),
         ("Natalia sold 48/2 = 24 clips.\n#### 72", "72"),
         ("The answer is 42.", "42"),
-        ("Final answer: x = 3\nThanks", "x = 3"),
+        ("Final answer: x = 3\nThanks", "3"),  # math_verify reads the value of "x = 3"
         ("answer: -2.5", "-2.5"),
         ("I think it is 3, no, 5", "5"),
-        ("costs $1,250 in total", "1,250"),
+        ("costs $1,250 in total", "1250"),  # and writes numbers without separators
         ("no number here", None),
         ("", None),
     ],
@@ -103,10 +107,11 @@ def test_extract_answer(text, expected):
     assert extract_answer(text) == expected
 
 
-def test_normalise_examples():
-    assert normalise("\\dfrac{1}{2}") == "((1)/(2))"
-    assert normalise("$1,000$") == "1000"
-    assert normalise("x = \\sqrt{3}") == "sqrt(3)"
+def test_notation_is_read_through():
+    # was test_normalise_examples (the hand-written normaliser's output text): the same three answers
+    assert equivalent("\\dfrac{1}{2}", "0.5")
+    assert equivalent("$1,000$", "1000")
+    assert equivalent("x = \\sqrt{3}", "\\sqrt{3}")
 
 
 def test_reward_needs_the_stop_token_and_reads_references_with_solutions():
@@ -116,15 +121,48 @@ def test_reward_needs_the_stop_token_and_reads_references_with_solutions():
     assert math_reward(completion, True, "She has 3 + 4 = 7 apples.\n#### 7") == 1.0
     assert reference_answer("\\boxed{\\frac12}") == "\\frac12" and reference_answer("0.5") == "0.5"
     assert math_reward("no answer", True, "7") == 0.0
+    assert math_reward("\\boxed{5} or maybe \\boxed{6}", True, "6") == 0.0  # a hedge gains nothing
+    assert math_reward("\\boxed{5} or maybe \\boxed{6}", True, "5") == 0.0
 
 
 def test_evaluator_is_bounded():
     for text in ("9^9^9^9", "2^100000", "(" * 300 + "1" + ")" * 300, "x" * 1000):
-        assert not equivalent(text, "1")  # refused quickly, never evaluated at full size
-    with pytest.raises(expr.ExprError):
-        expr.evaluate(expr.parse("2^100000"))
-    with pytest.raises(expr.ExprError):
-        expr.parse("__import__('os')")
+        assert not equivalent(text, "1")  # refused or compared within the time limit
+    assert not equivalent("__import__('os')", "1")  # read as LaTeX, never run
+
+
+def test_an_answer_past_the_time_limit_scores_zero_and_the_judge_goes_on():
+    judges = MathJudges(time_limit_s=1.0, grace_s=5.0)
+    try:
+        # sympy works without end on this one (> 290 s measured without a limit)
+        assert math_reward("\\boxed{10^{10^{10}}}", True, "1", judges) == 0.0
+        assert judges.timeouts == 1
+        assert math_reward("\\boxed{7}", True, "7", judges) == 1.0  # the same judge, still answering
+    finally:
+        judges.close()
+
+
+def test_a_silent_judge_is_killed_and_a_dead_one_replaced():
+    judges = MathJudges(time_limit_s=1.0, grace_s=0.5)
+    try:
+        assert math_reward("\\boxed{7}", True, "7", judges) == 1.0
+        (judge,) = judges._idle
+        os.kill(judge.proc.pid, signal.SIGSTOP)  # alive, answers nothing: what a judge stuck in C code looks like
+        assert math_reward("\\boxed{7}", True, "7", judges) == 0.0 and judges.timeouts == 1
+        assert judge.proc.poll() is not None and judges._idle == []  # killed, not reused
+        assert math_reward("\\boxed{7}", True, "7", judges) == 1.0  # a fresh judge
+        (judge,) = judges._idle
+        judge.proc.kill()
+        judge.proc.wait()
+        assert math_reward("\\boxed{7}", True, "7", judges) == 1.0  # died between calls: replaced, retried
+    finally:
+        judges.close()
+
+
+def test_a_judge_that_cannot_start_is_an_error_not_a_zero(monkeypatch):
+    monkeypatch.setattr(sys, "executable", "/bin/false")
+    with pytest.raises(MathJudgeError, match="did not start"):
+        math_reward("\\boxed{7}", True, "7", MathJudges())
 
 
 def test_registry_and_score_use_the_math_verifier():
