@@ -4,6 +4,7 @@ estimator), greedy accuracy, and the sampled rewards a difficulty estimate is ma
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 
 import jax
 import numpy as np
@@ -27,9 +28,24 @@ def evaluate_pass_at_k(
     k: int,
     sampling: SamplingParams,
     key: jax.Array,
+    report: Callable[[int, dict], None] | None = None,
+    max_chunk_rows: int = 1024,
 ) -> dict:
-    completions = sample_completions(graphdef, state, tokenizer, list(prompts), n, sampling, key)
-    rewards = score(verifier, completions.texts, completions.stopped, [a for a in answers for _ in range(n)])
+    """`report(samples_done, {"pass@1": ...})`, if given, after each sampled chunk is scored."""
+    answers = [a for a in answers for _ in range(n)]
+    scored = []
+
+    def score_chunk(chunk) -> None:
+        done = sum(len(r) for r in scored)
+        scored.append(score(verifier, chunk.texts, chunk.stopped, answers[done : done + len(chunk.texts)]))
+        if report is not None:
+            rewards = np.concatenate(scored)
+            report(len(rewards), {"pass@1": f"{rewards.mean():.1%}"})
+
+    completions = sample_completions(
+        graphdef, state, tokenizer, list(prompts), n, sampling, key, max_chunk_rows, on_chunk=score_chunk
+    )
+    rewards = np.concatenate(scored)
     correct = rewards.reshape(len(prompts), n).sum(axis=1)
     return {
         "pass_at_1": mean_pass_at_k(correct, n, 1),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -42,6 +43,7 @@ def sample_completions(
     prompt_ids: list[int] | None = None,
     chunk_rows: int | None = None,
     prompt_length: int | None = None,
+    on_chunk: Callable[[Completions], None] | None = None,
 ) -> Completions:
     """group_size samples of every prompt, in chunks of at most max_chunk_rows rows.
 
@@ -55,6 +57,9 @@ def sample_completions(
     0, 1, ...), whichever chunk or batch it lands in. `chunk_rows` fixes every chunk's row count
     (short ones padded by repetition) and `prompt_length` the padded prompt length: with both fixed,
     a completion comes out the same bit for bit in any batch (see rollout/shards.py).
+
+    `on_chunk`, if given, is called with each chunk's completions as soon as they are sampled, in
+    order (a caller scores or reports while the next chunk samples).
     """
     if shared_prefill is None:
         shared_prefill = group_size > 1
@@ -78,18 +83,27 @@ def sample_completions(
             )
         else:
             out = generate(graphdef, state, prompt_tokens[take], prompt_valid[take], chunk_key, sampling)
-        parts.append(jax.tree.map(lambda x, rows=stop - start: np.asarray(x)[:rows], out))
-    tokens = np.concatenate([p.tokens for p in parts])
-    lengths = np.concatenate([p.lengths for p in parts])
-    stopped = np.asarray(is_stop(tokens[np.arange(len(rows)), np.maximum(lengths - 1, 0)], sampling))
+        out = jax.tree.map(lambda x, rows=stop - start: np.asarray(x)[:rows], out)
+        part = Completions(
+            prompt_tokens=prompt_tokens[start:stop],
+            prompt_valid=prompt_valid[start:stop],
+            tokens=out.tokens,
+            logprobs=out.logprobs,
+            lengths=out.lengths,
+            texts=[tokenizer.decode(t) for t in out.tokens],
+            stopped=np.asarray(is_stop(out.tokens[np.arange(stop - start), np.maximum(out.lengths - 1, 0)], sampling)),
+        )
+        if on_chunk is not None:
+            on_chunk(part)
+        parts.append(part)
     return Completions(
         prompt_tokens=prompt_tokens,
         prompt_valid=prompt_valid,
-        tokens=tokens,
+        tokens=np.concatenate([p.tokens for p in parts]),
         logprobs=np.concatenate([p.logprobs for p in parts]),
-        lengths=lengths,
-        texts=[tokenizer.decode(t) for t in tokens],
-        stopped=stopped,
+        lengths=np.concatenate([p.lengths for p in parts]),
+        texts=[text for p in parts for text in p.texts],
+        stopped=np.concatenate([p.stopped for p in parts]),
     )
 
 

@@ -1,6 +1,6 @@
 """The run's own lines (warm start, iterations, evaluations, resume): on the terminal as plain lines,
 and in the Prefect logs of the flow or task run that said them, at INFO. A long step (the warm start)
-is one updating progress bar on a terminal, and plain lines where the output is not one (CI, a
+is one updating progress bar on a terminal (an evaluation too), and plain lines where the output is not one (CI, a
 Prefect worker's log): no control characters there.
 
 Independent of PREFECT_LOGGING_LEVEL: `spotrl train` quiets Prefect's per-task chatter to WARNING, and
@@ -58,10 +58,11 @@ def warn(message: str) -> None:
 class Progress:
     """`progress(step, {"loss": "2.449", ...})` for a loop of `total` steps at most: on a terminal a
     tqdm bar (steps/s and the fields), else the line "<what> step N: loss 2.449, ..."; the Prefect
-    logs get the line either way."""
+    logs get the line either way. `plain=False`: no lines off a terminal (a short step whose result
+    gets its own line), and `unit` names what is counted on the bar."""
 
-    def __init__(self, what: str, total: int):
-        self.what, self.total, self.bar = what, total, None
+    def __init__(self, what: str, total: int, unit: str = "step", plain: bool = True):
+        self.what, self.total, self.unit, self.plain, self.bar = what, total, unit, plain, None
 
     def __enter__(self) -> Progress:
         if sys.stdout.isatty():
@@ -72,7 +73,7 @@ class Progress:
             self.bar = tqdm(
                 total=self.total,
                 desc=self.what,
-                unit="step",
+                unit=self.unit,
                 file=sys.stdout,
                 leave=False,
                 ncols=size.columns,
@@ -81,9 +82,10 @@ class Progress:
         return self
 
     def __call__(self, step: int, fields: dict) -> None:
-        line = f"{self.what} step {step}: " + ", ".join(f"{k} {v}" for k, v in fields.items())
+        line = f"{self.what} {self.unit} {step}: " + ", ".join(f"{k} {v}" for k, v in fields.items())
         if self.bar is None:
-            say(line)
+            if self.plain:
+                say(line)
             return
         self.bar.update(step - self.bar.n)
         self.bar.set_postfix(fields, refresh=True)

@@ -314,18 +314,21 @@ def evaluate(config: RunConfig, run_dir: str, weights: dict, iteration: int) -> 
     e = config.eval
     held_out = ctx.split("eval").select(range(e.prompts))
     started = time.perf_counter()
-    result = evaluate_pass_at_k(
-        ctx.policy.graphdef,
-        ctx.pull(weights["version"]),
-        ctx.tokenizer,
-        ctx.problem_spec.verifier,
-        held_out["prompt"],
-        held_out["answer"],
-        n=e.n,
-        k=e.k,
-        sampling=ctx.sampling(e.temperature),
-        key=derive_key(config.seed, "eval", weights["version"]),
-    )
+    # off a terminal only the result's line (the flow says it): a bar's lines would flood CI logs
+    with runlog.Progress(f"eval i{iteration}", total=len(held_out) * e.n, unit="sample", plain=False) as progress:
+        result = evaluate_pass_at_k(
+            ctx.policy.graphdef,
+            ctx.pull(weights["version"]),
+            ctx.tokenizer,
+            ctx.problem_spec.verifier,
+            held_out["prompt"],
+            held_out["answer"],
+            n=e.n,
+            k=e.k,
+            sampling=ctx.sampling(e.temperature),
+            key=derive_key(config.seed, "eval", weights["version"]),
+            report=progress,
+        )
     return {
         "iteration": iteration,
         "weights_version": weights["version"],

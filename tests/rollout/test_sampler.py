@@ -293,3 +293,19 @@ def test_compile_counter_counts_sampler_compilations():
     mark = compile_count()
     generate_groups(graphdef, state, prompts[:2], valid[:2], jax.random.key(1), params, 5)  # new shape
     assert compile_count() > mark
+
+
+def test_on_chunk_sees_every_chunk_in_order_and_changes_nothing():
+    _, graphdef, state, _, _, _ = _group_setup()
+    prompts, g = ["12", "3456", "7", "89", "0"], 2
+    params = SamplingParams(max_new_tokens=5, stop_token=STOP, temperature=1.0)
+    chunks = []
+    run = lambda **kw: sample_completions(  # noqa: E731
+        graphdef, state, _Tok(), prompts, g, params, jax.random.key(4), max_chunk_rows=4, **kw
+    )
+    seen, plain = run(on_chunk=chunks.append), run()
+    assert [len(c.texts) for c in chunks] == [4, 4, 2]
+    np.testing.assert_array_equal(np.concatenate([c.tokens for c in chunks]), plain.tokens)
+    assert [t for c in chunks for t in c.texts] == plain.texts == seen.texts
+    np.testing.assert_array_equal(np.concatenate([c.stopped for c in chunks]), plain.stopped)
+    np.testing.assert_array_equal(seen.logprobs, plain.logprobs)

@@ -45,3 +45,11 @@ def test_a_terminal_gets_one_updating_bar():
     assert "step/s" in text  # the fields after the loss may be cut at the width of the terminal
     assert "warm start step 10:" not in text  # no plain lines beside the bar
     assert text.rstrip().endswith("done")
+
+
+def test_a_quiet_progress_says_nothing_off_a_terminal(capsys):
+    # an evaluation's bar: its result gets a line of its own, so CI logs get no per-chunk lines
+    with Progress("eval i5", total=64, unit="sample", plain=False) as progress:
+        progress(32, {"pass@1": "12.5%"})
+        progress(64, {"pass@1": "10.9%"})
+    assert capsys.readouterr().out == ""
