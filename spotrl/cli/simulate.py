@@ -88,6 +88,10 @@ def run(args) -> int:
     out = args.out or (str(as_path(args.run_dir) / "report") if args.run_dir else None)
     if out:
         print(write_outputs(results, out, title, extra))
+        if args.run_dir and not args.out:  # the run's report page shows the plot from now on
+            from spotrl.reporting.plots import make_report
+
+            print(make_report(args.run_dir))
     if args.json:
         from spotrl.fleet.sweep import as_rows
 

@@ -237,6 +237,10 @@ def render_html(title: str, summary: str, images: list[tuple[Panel, bytes]], eva
     return "\n".join(parts) + "\n"
 
 
+# PNGs other commands write into RUN/report/, shown on the page when present
+EXTRA_PANELS = (Panel("fleet_simulation", "Fleet simulation (spotrl simulate --run-dir)", ()),)
+
+
 # --- I/O ------------------------------------------------------------------------------------------
 def make_report(run_dir: str | AnyPath, out: str | AnyPath | None = None) -> AnyPath:
     """Write the PNGs and index.html of a run into `out` (default RUN/report/); the path of index.html.
@@ -257,6 +261,7 @@ def make_report(run_dir: str | AnyPath, out: str | AnyPath | None = None) -> Any
     out.mkdir(parents=True, exist_ok=True)
     for panel, png in images:
         atomic_write_bytes(out / f"{panel.name}.png", png)
+    images += [(p, (out / f"{p.name}.png").read_bytes()) for p in EXTRA_PANELS if (out / f"{p.name}.png").exists()]
     steps = [s for s in (step_of(r) for r in metrics) if s is not None]
     summary = f"{len(metrics)} iterations recorded" + (f" (last: {max(steps)})" if steps else "")
     summary += f", {len(evals)} evaluations. Run directory: {run_dir}"

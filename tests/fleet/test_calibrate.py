@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import shutil
 
@@ -113,6 +114,10 @@ def test_simulator_predicts_the_runs_iteration_time_within_15_percent(smoke_run,
     )
     saved = json.loads((run / "report" / "fleet_simulation.json").read_text())
     assert saved["validation"]["error"] == pytest.approx(check.error)
+    # the run's report page now shows the plot, embedded as the PNG's own bytes
+    page = (run / "report" / "index.html").read_text()
+    png = base64.b64encode((run / "report" / "fleet_simulation.png").read_bytes()).decode()
+    assert 'href="fleet_simulation.png"' in page and png in page
 
 
 def test_simulate_cli_without_a_run(tmp_path, capsys):
