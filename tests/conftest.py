@@ -20,6 +20,10 @@ os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
 os.environ["PREFECT_LOGGING_LEVEL"] = "WARNING"
 os.environ.pop("PREFECT_API_URL", None)
 
+# Prefect configures logging at import (dictConfig), which closes every handler made before it,
+# absl's too: absl's handler holds the sys.stderr of the moment, which under pytest is a capture
+# file that must stay open. Imported here, before any test module imports absl (orbax, optax).
+import prefect.main  # noqa: E402, F401 - prefect.main is what configures logging
 import pytest  # noqa: E402
 import yaml  # noqa: E402
 
