@@ -68,6 +68,6 @@ def test_a_successful_train_prints_no_error_and_records_every_task_run(tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
     output = out.stdout + out.stderr
     assert "Traceback" not in output and "ERROR" not in output, output
-    # iteration 0: curate, warm-start, checkpoint, publish, evaluate; each of the 2 iterations: 2 rollout
-    # shards, 2 rewards, update, checkpoint, publish; the final evaluation
-    assert _task_run_states(home) == {"COMPLETED": 5 + 2 * 7 + 1}
+    # iteration 0: curate, warm-start, checkpoint, publish, evaluate; each of the 2 iterations: the
+    # rollout plan, 2 rollout shards, 2 rewards, update, checkpoint, publish; the final evaluation
+    assert _task_run_states(home) == {"COMPLETED": 5 + 2 * 8 + 1}
