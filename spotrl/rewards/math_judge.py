@@ -134,6 +134,9 @@ def serve(time_limit_s: float, stdin=sys.stdin, stdout=sys.stdout) -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_AS)
     if hard == resource.RLIM_INFINITY or hard > MEMORY_BYTES:
         resource.setrlimit(resource.RLIMIT_AS, (MEMORY_BYTES, hard))
+    # math_verify's first call builds its parsers (~0.1 s idle, seconds on busy cores): done here,
+    # before "ready", so it never counts against an answer's time limit
+    reward("\\boxed{1}", "1")
     stdout.write(json.dumps({"status": "ready"}) + "\n")
     stdout.flush()
     for line in stdin:
