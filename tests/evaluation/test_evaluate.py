@@ -3,29 +3,13 @@
 import jax
 import numpy as np
 from flax import nnx
+from sampling_fixtures import DigitTokenizer
 
 from spotrl.config import ModelConfig
 from spotrl.evaluation.evaluate import evaluate_pass_at_k
 from spotrl.model.transformer import Transformer
 from spotrl.rollout.completions import sample_completions
 from spotrl.rollout.sampler import SamplingParams
-
-
-class _Tok:
-    """Characters '0'..'9' are ids 2..11; 1 is the stop token, 0 the pad."""
-
-    pad_id = 0
-
-    def encode_batch_left_padded(self, texts, length=None):
-        encoded = [[1] + [2 + int(c) for c in t] for t in texts]
-        width = length or max(map(len, encoded))
-        tokens = np.zeros((len(texts), width), np.int32)
-        for i, e in enumerate(encoded):
-            tokens[i, width - len(e) :] = e
-        return tokens, tokens != 0
-
-    def decode(self, tokens):
-        return "".join(str(int(t) - 2) for t in tokens if t >= 2)
 
 
 def test_pass_at_k_and_its_running_report_match_a_count_by_hand():
@@ -35,7 +19,7 @@ def test_pass_at_k_and_its_running_report_match_a_count_by_hand():
     prompts, n = ["12", "3456", "7", "89", "0", "31"], 4
     params = SamplingParams(max_new_tokens=3, stop_token=1, temperature=1.0)
     key = jax.random.key(7)
-    sampled = sample_completions(graphdef, state, _Tok(), prompts, n, params, key)
+    sampled = sample_completions(graphdef, state, DigitTokenizer(), prompts, n, params, key)
     # the answer of prompt i is the reversed text of one of its samples when that one stopped: i % n
     # samples right at least, the others by chance only
     answers = [sampled.texts[i * n + i % n][::-1] for i in range(len(prompts))]
@@ -49,7 +33,7 @@ def test_pass_at_k_and_its_running_report_match_a_count_by_hand():
     result = evaluate_pass_at_k(
         graphdef,
         state,
-        _Tok(),
+        DigitTokenizer(),
         "arithmetic",
         prompts,
         answers,

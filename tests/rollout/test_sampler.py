@@ -3,6 +3,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
+from sampling_fixtures import DigitTokenizer
 
 from spotrl.config import ModelConfig
 from spotrl.model.compiles import CompileCounter, compile_count
@@ -194,23 +195,6 @@ def test_shared_prefill_sampling_equals_repeated_prompts_and_trainer():
     np.testing.assert_allclose(np.where(live, shared.logprobs, 0), np.where(live, recomputed, 0), atol=1e-5)
 
 
-class _Tok:
-    """A character tokenizer over '0'..'9' (ids 2..11), BOS 1 = stop, pad 0."""
-
-    pad_id = 0
-
-    def encode_batch_left_padded(self, texts, length=None):
-        encoded = [[1] + [2 + int(c) for c in t] for t in texts]
-        width = length or max(map(len, encoded))
-        tokens = np.zeros((len(texts), width), np.int32)
-        for i, e in enumerate(encoded):
-            tokens[i, width - len(e) :] = e
-        return tokens, tokens != 0
-
-    def decode(self, tokens):
-        return "".join(str(int(t) - 2) for t in tokens if t >= 2)
-
-
 @pytest.mark.parametrize("max_chunk_rows", [1024, 6, 4])
 def test_sample_completions_shared_prefill_equals_repeated_path(max_chunk_rows):
     _, graphdef, state, _, _, _ = _group_setup()
@@ -222,7 +206,7 @@ def test_sample_completions_shared_prefill_equals_repeated_path(max_chunk_rows):
         return sample_completions(
             graphdef,
             state,
-            _Tok(),
+            DigitTokenizer(),
             prompts,
             g,
             params,
@@ -241,7 +225,7 @@ def test_sample_completions_shared_prefill_equals_repeated_path(max_chunk_rows):
     assert shared.texts == plain.texts
     # the default is the shared path
     default = sample_completions(
-        graphdef, state, _Tok(), prompts, g, params, jax.random.key(4), max_chunk_rows=max_chunk_rows
+        graphdef, state, DigitTokenizer(), prompts, g, params, jax.random.key(4), max_chunk_rows=max_chunk_rows
     )
     np.testing.assert_array_equal(default.tokens, shared.tokens)
 
@@ -259,7 +243,7 @@ def test_a_sample_is_the_same_in_any_shard_of_the_same_shape():
         out = sample_completions(
             graphdef,
             state,
-            _Tok(),
+            DigitTokenizer(),
             [prompts[i] for i in ids],
             g,
             params,
@@ -301,7 +285,7 @@ def test_on_chunk_sees_every_chunk_in_order_and_changes_nothing():
     params = SamplingParams(max_new_tokens=5, stop_token=STOP, temperature=1.0)
     chunks = []
     run = lambda **kw: sample_completions(  # noqa: E731
-        graphdef, state, _Tok(), prompts, g, params, jax.random.key(4), max_chunk_rows=4, **kw
+        graphdef, state, DigitTokenizer(), prompts, g, params, jax.random.key(4), max_chunk_rows=4, **kw
     )
     seen, plain = run(on_chunk=chunks.append), run()
     assert [len(c.texts) for c in chunks] == [4, 4, 2]
