@@ -31,18 +31,14 @@ def _permutation(seed: int, epoch: int, size: int) -> np.ndarray:
     return derive_numpy_rng(seed, "data-order", epoch).permutation(size)
 
 
-def rollout_rows(
-    seed: int, iteration: int, generation_round: int, pool: np.ndarray, prompts: int, shards: int, shard: int
-) -> np.ndarray:
-    """The rows of `pool` (training row indices) that shard `shard` of a rollout round samples.
+def rollout_rows(seed: int, iteration: int, generation_round: int, pool: np.ndarray, prompts: int) -> np.ndarray:
+    """The rows of `pool` (training row indices) a rollout round samples, in the order their keys follow.
 
     Round 0 takes the iteration's `prompts` in the seeded data order (batch_indices); rounds >= 1
-    are dynamic sampling's extra generations, `prompts` drawn from a stream of their own. The
-    round's prompts are split over `shards` in order.
+    are dynamic sampling's extra generations, `prompts` drawn from a stream of their own. How they
+    are split over the shards is the rollout plan's choice (rollout/shards.py).
     """
     if generation_round == 0:
-        rows = pool[batch_indices(seed, iteration, prompts, len(pool))]
-    else:
-        rng = derive_numpy_rng(seed, "dynamic_sampling", iteration, generation_round)
-        rows = pool[rng.choice(len(pool), size=prompts, replace=False)]
-    return np.array_split(rows, shards)[shard]
+        return pool[batch_indices(seed, iteration, prompts, len(pool))]
+    rng = derive_numpy_rng(seed, "dynamic_sampling", iteration, generation_round)
+    return pool[rng.choice(len(pool), size=prompts, replace=False)]

@@ -143,7 +143,7 @@ def rollout_plan(
     ctx = get_context(run_dir, config)
     r, train = config.rollout, ctx.split("train")
     pool = curriculum.stream_rows(train, difficulty, config.curation.difficulty, r.prompts_per_iteration)
-    rows = rollout_rows(config.seed, iteration, generation_round, pool, r.prompts_per_iteration, 1, 0)
+    rows = rollout_rows(config.seed, iteration, generation_round, pool, r.prompts_per_iteration)
     prompts = train.select(rows.tolist())
     _, valid = ctx.tokenizer.encode_batch_left_padded(list(prompts["prompt"]))
     record = shards.length_record(ctx.run_dir, iteration - 1 - r.max_staleness)

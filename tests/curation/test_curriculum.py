@@ -6,6 +6,7 @@ import pytest
 from spotrl.curation.batches import batch_indices, rollout_rows
 from spotrl.curation.curriculum import estimate_iteration
 from spotrl.rng import derive_numpy_rng
+from spotrl.rollout.shards import equal_plan
 
 
 @pytest.mark.parametrize(
@@ -28,17 +29,19 @@ def test_an_estimate_serves_its_own_iteration_first():
             assert e <= j < e + every and (e - 1) % every == 0
 
 
-def test_rollout_rows_split_the_iteration_prompts_over_shards():
+def test_rollout_rows_are_the_iteration_prompts_and_an_equal_plan_splits_them_in_order():
     pool = np.arange(100, 120)  # the stream's training rows
     rows = batch_indices(7, 3, 6, len(pool))
-    shards = [rollout_rows(7, 3, 0, pool, 6, 4, s) for s in range(4)]
+    round_rows = rollout_rows(7, 3, 0, pool, 6)
+    np.testing.assert_array_equal(round_rows, pool[rows])
+    shards = [round_rows[part] for part in equal_plan([1.0] * 6, 4)]
     assert [len(s) for s in shards] == [2, 2, 1, 1]
     np.testing.assert_array_equal(np.concatenate(shards), pool[rows])
 
 
 def test_dynamic_sampling_rounds_draw_from_their_own_stream():
     pool = np.arange(50)
-    extra = rollout_rows(7, 3, 2, pool, 6, 1, 0)
+    extra = rollout_rows(7, 3, 2, pool, 6)
     expected = derive_numpy_rng(7, "dynamic_sampling", 3, 2).choice(50, size=6, replace=False)
     np.testing.assert_array_equal(extra, expected)
-    assert not np.array_equal(extra, rollout_rows(7, 3, 1, pool, 6, 1, 0))
+    assert not np.array_equal(extra, rollout_rows(7, 3, 1, pool, 6))
