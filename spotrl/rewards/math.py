@@ -23,17 +23,15 @@ A judge that cannot start, dies twice on the same call, or reports a bug of its 
 from __future__ import annotations
 
 import atexit
-import contextlib
-import json
 import logging
 import os
 import re
-import select
-import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
+
+from spotrl.rewards.line_worker import Died, LineWorker, Silent
 
 log = logging.getLogger("spotrl.rewards.math")
 
@@ -47,30 +45,16 @@ class MathJudgeError(RuntimeError):
     """The judge process itself failed (not the answer): never a reward of 0."""
 
 
-class _Silent(Exception):
-    """The judge did not answer within the deadline."""
-
-
-class _Died(Exception):
-    """The judge's pipe closed (it exited or was killed)."""
-
-
-class _Judge:
-    """One judge process and its pipes."""
+class _Judge(LineWorker):
+    """One judge process."""
 
     def __init__(self, time_limit_s: float):
         root = str(Path(__file__).resolve().parents[2])  # the judge imports this same spotrl
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "spotrl.rewards.math_judge", repr(time_limit_s)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            env=env,
-        )
-        self._buffer = b""
+        super().__init__([sys.executable, "-m", "spotrl.rewards.math_judge", repr(time_limit_s)], env=env)
         try:
-            ready = self._read(time.monotonic() + START_TIMEOUT_S)
-        except (_Silent, _Died) as e:
+            ready = self.receive(time.monotonic() + START_TIMEOUT_S)
+        except (Silent, Died) as e:
             self.kill()
             raise MathJudgeError(f"the math judge did not start ({type(e).__name__}, exit {self.proc.poll()})") from e
         if ready.get("status") != "ready":
@@ -78,41 +62,8 @@ class _Judge:
             raise MathJudgeError(f"the math judge did not start: {ready}")
 
     def request(self, op: str, args: list, deadline: float) -> dict:
-        try:
-            self.proc.stdin.write((json.dumps({"op": op, "args": args}) + "\n").encode())
-            self.proc.stdin.flush()
-        except (BrokenPipeError, OSError) as e:
-            raise _Died(str(e)) from e
-        return self._read(deadline)
-
-    def _read(self, deadline: float) -> dict:
-        fd = self.proc.stdout.fileno()
-        while b"\n" not in self._buffer:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
-                raise _Silent
-            chunk = os.read(fd, 1 << 16)
-            if not chunk:
-                raise _Died(f"exit {self.proc.poll()}")
-            self._buffer += chunk
-        line, self._buffer = self._buffer.split(b"\n", 1)
-        return json.loads(line)
-
-    def kill(self) -> None:
-        self.proc.kill()
-        self.proc.wait()
-        for pipe in (self.proc.stdin, self.proc.stdout):
-            with contextlib.suppress(OSError):  # a request still in stdin's buffer has nowhere to go
-                pipe.close()
-
-    def close(self) -> None:
-        try:
-            self.proc.stdin.close()  # the judge exits at the end of its input
-            self.proc.wait(timeout=5)
-        except (OSError, subprocess.TimeoutExpired):
-            self.proc.kill()
-            self.proc.wait()
-        self.proc.stdout.close()
+        self.send({"op": op, "args": args})
+        return self.receive(deadline)
 
 
 class MathJudges:
@@ -130,12 +81,12 @@ class MathJudges:
             judge = self._acquire()
             try:
                 reply = judge.request(op, list(args), time.monotonic() + self.time_limit_s + self.grace_s)
-            except _Silent:
+            except Silent:
                 judge.kill()
                 self.timeouts += 1
                 log.warning("math judge silent %.1f s after its limit: killed, scored as a timeout", self.grace_s)
                 return None
-            except _Died as e:
+            except Died as e:
                 judge.kill()
                 if attempt == 2:
                     raise MathJudgeError(f"the math judge died twice on one {op} call ({e})") from e

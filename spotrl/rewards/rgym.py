@@ -25,14 +25,14 @@ from __future__ import annotations
 
 import atexit
 import json
-import os
 import re
-import selectors
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
+
+from spotrl.rewards.line_worker import Died, LineWorker, Silent
 
 WORKER = Path(__file__).with_name("rgym_worker.py")
 TIME_LIMIT_S = 10.0  # per answer: reasoning-gym's scorers take milliseconds
@@ -63,27 +63,23 @@ def admissible(dataset: str, answer: str) -> bool:
     return True
 
 
-class _Worker:
+class _Worker(LineWorker):
     def __init__(self, python: str, time_limit_s: float, memory_mb: int):
         self.time_limit_s = time_limit_s
-        self.proc = subprocess.Popen(
+        super().__init__(
             [python, "-I", str(WORKER), str(memory_mb << 20)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             start_new_session=True,  # a Ctrl-C of the trainer's terminal is the trainer's to handle
             close_fds=True,
         )
-        self._buffer = b""
         if self._reply(START_LIMIT_S, "start") != {"ready": True}:
             self.kill()
             raise ScorerError("the reasoning-gym scorer process did not start")
 
     def score(self, request: dict) -> float:
         try:
-            self.proc.stdin.write((json.dumps(request) + "\n").encode())
-            self.proc.stdin.flush()
-        except OSError as err:
+            self.send(request)
+        except Died as err:
             self.kill()
             raise ScorerError(f"the reasoning-gym scorer process is gone ({err})") from None
         reply = self._reply(self.time_limit_s, f"score an answer to {request['dataset']!r}")
@@ -92,27 +88,14 @@ class _Worker:
         return float(reply["score"])
 
     def _reply(self, limit_s: float, what: str) -> dict:
-        deadline = time.monotonic() + limit_s
-        fd = self.proc.stdout.fileno()
-        with selectors.DefaultSelector() as sel:
-            sel.register(fd, selectors.EVENT_READ)
-            while b"\n" not in self._buffer:
-                left = deadline - time.monotonic()
-                if left <= 0 or not sel.select(left):
-                    self.kill()
-                    raise ScorerError(f"the reasoning-gym scorer did not {what} within {limit_s:g} s")
-                chunk = os.read(fd, 1 << 16)
-                if not chunk:
-                    code = self.kill()
-                    raise ScorerError(f"the reasoning-gym scorer process died (exit {code}) trying to {what}")
-                self._buffer += chunk
-        line, self._buffer = self._buffer.split(b"\n", 1)
-        return json.loads(line)
-
-    def kill(self) -> int | None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        return self.proc.wait()
+        try:
+            return self.receive(time.monotonic() + limit_s)
+        except Silent:
+            self.kill()
+            raise ScorerError(f"the reasoning-gym scorer did not {what} within {limit_s:g} s") from None
+        except Died:
+            code = self.kill()
+            raise ScorerError(f"the reasoning-gym scorer process died (exit {code}) trying to {what}") from None
 
 
 class Scorer:
