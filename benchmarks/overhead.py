@@ -11,8 +11,9 @@ starts from it in a run directory of its own (`seed_from_warm_start`, what `spot
         private local Prefect server it starts (flows/local_server.py) and its default log level
         (WARNING); every stage a cached, persisted, retryable task, rollouts mapped over shards;
         it resumes after iteration 0;
-  loop  the same stage functions called directly (`stages.<name>.fn`, the bodies of those tasks),
-        one after another from the same resume point, writing the same run directory: no Prefect.
+  loop  the same iteration body (`spotrl.flows.iteration.run_iteration`) on the stage functions
+        called directly (`Stages(direct=True)`: the bodies of those tasks), one after another from
+        the same resume point, writing the same run directory: no Prefect.
 An iteration's time is the flow's own `seconds` metric (rollout, reward, update, checkpoint,
 publish, metrics record; evaluation excluded), and the loop times the same span.
 prefect_overhead_fraction = (flow - loop) / flow on the mean iteration time over all runs of each
@@ -114,44 +115,28 @@ def _timings(metrics: list[dict]) -> dict:
 
 def run_loop(run_dir: str, iterations: int) -> dict:
     from spotrl.flows import rundir
+    from spotrl.flows.fleet import RolloutFleet
+    from spotrl.flows.iteration import LookAhead, Stages, run_iteration
     from spotrl.flows.resume import eval_due, find_resume_point
-    from spotrl.flows.train import _iteration_metrics
-    from spotrl.model.compiles import compile_count
-    from spotrl.tasks import stages
     from spotrl.tasks.context import get_context
 
     started = time.perf_counter()
     config = _config(iterations)
     run_path = rundir.prepare(run_dir, config)
-    root = str(run_path)
     records = []
-    with rundir.exclusive(run_path):
-        ctx = get_context(root, config)
+    with rundir.exclusive(run_path), RolloutFleet(config, run_path) as fleet:
+        ctx = get_context(str(run_path), config)
         point = find_resume_point(run_path, config, ctx.checkpoints, ctx.weights)
+        stages = Stages(config, run_path, direct=True)  # the train flow's iteration body, on the tasks' bodies
+        ahead = LookAhead(stages, fleet, point.iteration + 1, point.weights, ctx.weights)
         previous, weights = point.checkpoint, point.weights
         for iteration in range(point.iteration + 1, iterations + 1):
-            iteration_started, compiles_before = time.perf_counter(), compile_count()
-            plan = stages.rollout_plan.fn(config, root, iteration)
-            shards = range(config.rollout.shards)
-            rollouts = [stages.rollout.fn(config, root, iteration, shard, weights, plan) for shard in shards]
-            scored = [stages.reward.fn(config, root, r) for r in rollouts]
-            updated = stages.update.fn(config, root, iteration, previous, scored)
-            previous = stages.checkpoint.fn(config, root, updated)
-            weights = stages.publish.fn(config, root, previous)
-            metrics = _iteration_metrics(
-                iteration,
-                [plan],
-                rollouts,
-                scored,
-                updated,
-                weights,
-                time.perf_counter() - iteration_started,
-                compile_count() - compiles_before,
-            )
-            rundir.write_record(run_path, "metrics", iteration, metrics)
-            records.append(metrics)
+            done = run_iteration(stages, ahead, iteration, previous, check=lambda where: None)
+            previous, weights = done.sealed, done.weights
+            rundir.write_record(run_path, "metrics", iteration, done.metrics)
+            records.append(done.metrics)
             if eval_due(config, iteration):
-                rundir.write_record(run_path, "eval", iteration, stages.evaluate.fn(config, root, weights, iteration))
+                rundir.write_record(run_path, "eval", iteration, stages.evaluate(weights, iteration))
     return {**_timings(records), "total_seconds": time.perf_counter() - started, "weights_sha256": weights["sha256"]}
 
 

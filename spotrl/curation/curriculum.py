@@ -87,6 +87,7 @@ def stream_pool(
 def estimate_for_iteration(
     run_dir,
     train: pd.DataFrame,
+    *,
     iteration: int,
     version: int,
     make_sampler,

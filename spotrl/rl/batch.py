@@ -21,6 +21,14 @@ class TrainingBatch:
     warning: str | None = None  # a short batch under dynamic sampling, for the caller to log
 
 
+def in_generation_order(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """The scored shards of an iteration as one frame, in the order the rounds drew their prompts
+    (round, the prompt's place in its round, sample), whichever shard sampled them: the shard plan
+    changes nothing in the update."""
+    frame = pd.concat(frames, ignore_index=True)
+    return frame.sort_values(["round", "slot", "sample"], kind="stable", ignore_index=True)
+
+
 def training_batch(
     frame: pd.DataFrame, iteration: int, *, group_size: int, prompts: int, max_staleness: int, dynamic_sampling: bool
 ) -> TrainingBatch:

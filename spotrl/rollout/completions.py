@@ -139,3 +139,19 @@ def completions_frame(prompts, completions: Completions, group_size: int, weight
             "weights_version": weights_version,
         }
     )
+
+
+def shard_number(shard: int, generation_round: int, shards: int) -> int:
+    """A rollout shard's number in its iteration: round r's shards follow round r - 1's."""
+    return shard + generation_round * shards
+
+
+def round_frame(
+    prompts, completions: Completions, group_size: int, weights_version: int, generation_round: int, positions
+) -> pd.DataFrame:
+    """A rollout shard of a planned round: `completions_frame` plus each row's `round` and `slot`,
+    the place of its prompt among the round's prompts (`positions[i]` for the shard's prompt i),
+    by which the update orders rows whichever shard sampled them (rl/batch.in_generation_order)."""
+    frame = completions_frame(prompts, completions, group_size, weights_version)
+    frame["round"], frame["slot"] = generation_round, np.repeat(np.asarray(positions, np.int64), group_size)
+    return frame

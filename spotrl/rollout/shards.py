@@ -24,6 +24,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from spotrl.config import RolloutConfig
 from spotrl.storage.atomic import atomic_write_json
 from spotrl.storage.parquet import read_frame
 from spotrl.storage.paths import AnyPath, as_path
@@ -119,6 +120,16 @@ def length_record(run_dir: AnyPath, through: int) -> LengthRecord:
 def plan_summary(plan: list[list[int]], costs: Sequence[float]) -> dict:
     """The plan as the metrics record it: prompts and predicted cost per shard."""
     return {"sizes": [len(p) for p in plan], "predicted_costs": [round(c, 2) for c in shard_costs(plan, costs)]}
+
+
+def plan_round(prompts, tokenizer, record: LengthRecord, rollout: RolloutConfig) -> dict:
+    """Which of a round's `prompts` (columns id and prompt, in the order their keys follow) each of
+    `rollout.shards` shards samples, by `rollout.plan` on their predicted costs; and the length
+    every shard pads its prompts to (the round's longest, in tokens)."""
+    _, valid = tokenizer.encode_batch_left_padded(list(prompts["prompt"]))
+    costs = predicted_costs(prompts["id"], valid.sum(axis=1).tolist(), record, rollout.max_new_tokens / 2)
+    plan = PLANS[rollout.plan](costs, rollout.shards)
+    return {"shards": plan, "prompt_length": int(valid.shape[1]), **plan_summary(plan, costs)}
 
 
 def makespan(plan: list[list[int]], costs: Sequence[float]) -> float:

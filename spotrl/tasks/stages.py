@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import time
 
-import numpy as np
-import pandas as pd
 from prefect import task
 from prefect.cache_policies import INPUTS, TASK_SOURCE, CacheKeyFnPolicy
 
@@ -25,12 +23,12 @@ from spotrl.evaluation.evaluate import difficulty_sampler, evaluate_pass_at_k
 from spotrl.faults import failpoint
 from spotrl.rewards.sandbox.runner import SandboxError, SandboxUnavailable
 from spotrl.rewards.score import score
-from spotrl.rl.batch import training_batch
+from spotrl.rl.batch import in_generation_order, training_batch
 from spotrl.rl.shaping import reward_summary, shaped_rewards
 from spotrl.rl.trainer import checkpoint_metadata, initial_metadata, starting_params, update_on_batch
 from spotrl.rng import derive_key, rollout_key
 from spotrl.rollout import shards
-from spotrl.rollout.completions import completions_frame, sample_completions
+from spotrl.rollout.completions import round_frame, sample_completions, shard_number
 from spotrl.storage.failures import is_environment_failure
 from spotrl.storage.lease import worker_id
 from spotrl.storage.rollouts import read_shard, write_shard
@@ -119,13 +117,13 @@ def difficulty(config: RunConfig, run_dir: str, iteration: int, weights_version:
     return curriculum.estimate_for_iteration(
         ctx.run_dir,
         ctx.split("train").to_pandas(),
-        iteration,
-        weights_version,
-        sampler,
-        config.curation.difficulty,
-        config.seed,
-        -(-r.prompts_per_iteration // r.shards),
-        r.prompts_per_iteration,
+        iteration=iteration,
+        version=weights_version,
+        make_sampler=sampler,
+        cfg=config.curation.difficulty,
+        seed=config.seed,
+        batch_size=shards.shard_capacity(r.prompts_per_iteration, r.shards),
+        min_rows=r.prompts_per_iteration,
     )
 
 
@@ -144,18 +142,12 @@ def rollout_plan(
     r, train = config.rollout, ctx.split("train")
     pool = curriculum.stream_rows(train, difficulty, config.curation.difficulty, r.prompts_per_iteration)
     rows = rollout_rows(config.seed, iteration, generation_round, pool, r.prompts_per_iteration)
-    prompts = train.select(rows.tolist())
-    _, valid = ctx.tokenizer.encode_batch_left_padded(list(prompts["prompt"]))
     record = shards.length_record(ctx.run_dir, iteration - 1 - r.max_staleness)
-    costs = shards.predicted_costs(prompts["id"], valid.sum(axis=1).tolist(), record, r.max_new_tokens / 2)
-    plan = shards.PLANS[r.plan](costs, r.shards)
     return {
         "iteration": iteration,
         "round": generation_round,
         "rows": rows.tolist(),  # the round's prompts (training rows), in the order their keys follow
-        "shards": plan,  # positions in `rows`, per shard
-        "prompt_length": int(valid.shape[1]),  # every shard pads its prompts to this length
-        **shards.plan_summary(plan, costs),
+        **shards.plan_round(train.select(rows.tolist()), ctx.tokenizer, record, r),  # positions in `rows`
     }
 
 
@@ -187,16 +179,14 @@ def rollout(
     )
     seconds = time.perf_counter() - started
     failpoint("rollout.sample", iteration)
-    frame = completions_frame(prompts, completions, r.group_size, weights["version"])
-    frame["round"], frame["slot"] = generation_round, np.repeat(np.asarray(positions, np.int64), r.group_size)
-    path, sha256 = write_shard(
-        ctx.run_dir / "rollouts", iteration, shard + generation_round * r.shards, "rollouts", frame
-    )
+    frame = round_frame(prompts, completions, r.group_size, weights["version"], generation_round, positions)
+    number = shard_number(shard, generation_round, r.shards)
+    path, sha256 = write_shard(ctx.run_dir / "rollouts", iteration, number, "rollouts", frame)
     return {
         "uri": str(path),
         "sha256": sha256,
         "iteration": iteration,
-        "shard": shard + generation_round * r.shards,
+        "shard": number,
         "round": generation_round,
         "weights_version": weights["version"],
         "worker": worker_id(),
@@ -239,9 +229,7 @@ def update(config: RunConfig, run_dir: str, iteration: int, previous: dict, scor
     ctx = get_context(run_dir, config)
     started = time.perf_counter()
     r = config.rollout
-    frame = pd.concat([read_shard(ref["uri"], ref["sha256"]) for ref in scored], ignore_index=True)
-    # the rounds' prompts in their drawn order, whichever shard sampled them: the shard plan changes nothing
-    frame = frame.sort_values(["round", "slot", "sample"], kind="stable", ignore_index=True)
+    frame = in_generation_order([read_shard(ref["uri"], ref["sha256"]) for ref in scored])
     batch = training_batch(
         frame,
         iteration,

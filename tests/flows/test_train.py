@@ -13,18 +13,19 @@ from spotrl.storage.rollouts import find_shard
 
 @pytest.fixture(scope="module")
 def finished_run(prefect_harness, tiny_config, tmp_path_factory):
-    from spotrl.flows import train as train_module
+    from spotrl.flows.iteration import Stages
+    from spotrl.flows.train import train
 
     run_dir = tmp_path_factory.mktemp("run")
-    launches, launch = [], train_module._launch
+    launches, launch = [], Stages.launch
 
-    def recorded_launch(t, config, root, iteration, weights, generation_round, *args):
-        launches.append((iteration, weights["version"], generation_round))
-        return launch(t, config, root, iteration, weights, generation_round, *args)
+    def recorded_launch(stages, iteration, number, weights, *args):
+        launches.append((iteration, weights["version"], number))
+        return launch(stages, iteration, number, weights, *args)
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(train_module, "_launch", recorded_launch)
-        result = train_module.train(config=tiny_config, run_dir=str(run_dir))
+        patch.setattr(Stages, "launch", recorded_launch)
+        result = train(config=tiny_config, run_dir=str(run_dir))
     return run_dir, {**result, "launches": launches}
 
 

@@ -75,3 +75,14 @@ def test_nothing_left_gives_an_empty_batch():
     frame = _frame([0, 1], [0, 0])
     batch = training_batch(frame, 5, group_size=G, prompts=2, max_staleness=0, dynamic_sampling=False)
     assert len(batch.frame) == 0 and batch.real_rows == 0
+
+
+def test_in_generation_order_sorts_by_round_then_slot_then_sample_whatever_the_shard_order():
+    from spotrl.rl.batch import in_generation_order
+
+    shard_b = pd.DataFrame({"round": [0, 0, 1, 1], "slot": [1, 1, 0, 0], "sample": [1, 0, 0, 1], "x": list("abcd")})
+    shard_a = pd.DataFrame({"round": [0, 0], "slot": [0, 0], "sample": [0, 1], "x": list("ef")})
+    frame = in_generation_order([shard_b, shard_a])
+    assert list(frame["x"]) == ["e", "f", "b", "a", "c", "d"]
+    assert list(frame.index) == list(range(6))
+    assert in_generation_order([shard_a, shard_b])["x"].tolist() == frame["x"].tolist()

@@ -80,3 +80,23 @@ def test_length_record_is_rebuilt_from_scored_shards_and_kept(tmp_path):
     scored(2, 1, ["a"], [100])  # a record, once written, is what later plans read (the shards are not re-read)
     assert length_record(tmp_path, 2) == {"a": (2, 10), "b": (2, 6)}
     assert length_record(tmp_path, 3) == {"a": (2, 10), "b": (2, 6)}  # iteration 3 not scored yet: nothing to add
+
+
+def test_plan_round_costs_prompt_tokens_plus_expected_completion_and_pads_to_the_longest():
+    from spotrl.config import RolloutConfig
+    from spotrl.model.tokenizers import CharTokenizer
+    from spotrl.rollout.shards import plan_round
+
+    tokenizer = CharTokenizer()
+    prompts = pd.DataFrame({"id": [10, 11, 12, 13], "prompt": ["1+1=", "12+34=", "9=", "123+4="]})
+    record = {"11": (2, 20)}  # prompt 11: two completions of 10 tokens on average; the rest: the running mean
+    rollout = RolloutConfig(prompts_per_iteration=4, shards=2, max_new_tokens=8)
+    plan = plan_round(prompts, tokenizer, record, rollout)
+    lengths = [len(tokenizer.encode_batch_left_padded([p])[1][0]) for p in prompts["prompt"]]
+    costs = [lengths[0] + 10.0, lengths[1] + 10.0, lengths[2] + 10.0, lengths[3] + 10.0]
+    assert plan["prompt_length"] == max(lengths)
+    assert plan["shards"] == lpt_plan(costs, 2)
+    assert plan["sizes"] == [2, 2] and sum(plan["predicted_costs"]) == pytest.approx(sum(costs))
+    equal = plan_round(prompts, tokenizer, {}, rollout.model_copy(update={"plan": "equal"}))
+    assert equal["shards"] == [[0, 1], [2, 3]]
+    assert equal["predicted_costs"] == [lengths[0] + lengths[1] + 8.0, lengths[2] + lengths[3] + 8.0]  # 8/2 each
