@@ -298,9 +298,10 @@ def iteration_line(metrics: dict, iterations: int) -> str:
     """The iteration's line in the run's log."""
     # rft: no loss when nothing verified (no step), and the share of the rollouts it kept
     loss = f"{metrics['loss']:+.4f}" if "loss" in metrics else "   none"
-    update = f"clip {metrics['clip_frac']:.3f}"
     if "kept_fraction" in metrics:
         update = f"kept {metrics['kept_fraction']:.3f}"
+    else:
+        update = f"clip {metrics['clip_frac']:.3f}"
     return (
         f"iteration {metrics['iteration']:>4}/{iterations}  reward {metrics['reward_mean']:.3f}  "
         f"loss {loss}  {update}  {metrics['tokens_per_s']:,.0f} tok/s  {metrics['seconds']:.2f}s"
