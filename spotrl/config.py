@@ -14,6 +14,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from spotrl.algorithm_presets import ALGORITHM_PRESETS, ALGORITHMS, merged
+from spotrl.config_migrations import renamed_keys, without_added_defaults
 from spotrl.registry import registry
 
 # The keys that describe the network itself: with `path` set they come from the checkpoint's
@@ -462,29 +464,6 @@ class RFTConfig(_Section):
     min_reward: float = Field(1.0, description="keep a completion whose verifier reward is >= this (1: correct)")
 
 
-# Each preset is only a choice of parts. The field defaults of AlgorithmConfig are GRPO's (with the
-# token-mean aggregation verl and DAPO use); a preset overrides some of them, and any key set
-# explicitly in a config file or with --set overrides the preset.
-ALGORITHM_PRESETS: dict[str, dict] = {
-    "grpo": {},
-    "dr_grpo": {"advantage": "dr_grpo", "aggregation": "seq_mean_token_sum_norm"},
-    "dapo": {"clip_high": 0.28, "dynamic_sampling": {"enabled": True}, "overlong": {"enabled": True}},
-    "rloo": {"advantage": "rloo"},
-    "reinforce_pp": {"advantage": "reinforce_pp", "kl": {"coef": 0.01, "estimator": "k1", "in_reward": True}},
-    "gspo": {"ratio_level": "sequence", "clip_low": 3e-4, "clip_high": 4e-4, "aggregation": "seq_mean_token_mean"},
-    "ppo": {"advantage": "gae", "value": {"head": "shared"}},
-    "rft": {},  # not a policy gradient: of the parts, only rft, epochs and minibatches apply
-}
-ALGORITHMS = tuple(ALGORITHM_PRESETS)  # the names `algorithm.name` accepts
-
-
-def _merge(base: dict, override: dict) -> dict:
-    merged = dict(base)
-    for key, value in override.items():
-        merged[key] = _merge(base[key], value) if isinstance(value, dict) and isinstance(base.get(key), dict) else value
-    return merged
-
-
 class AlgorithmConfig(_Section):
     name: Literal[ALGORITHMS] = Field(
         "grpo",
@@ -541,7 +520,7 @@ class AlgorithmConfig(_Section):
     @classmethod
     def _apply_preset(cls, data: Any) -> Any:
         if isinstance(data, dict) and data.get("name", "grpo") in ALGORITHM_PRESETS:
-            return _merge(ALGORITHM_PRESETS[data.get("name", "grpo")], data)
+            return merged(ALGORITHM_PRESETS[data.get("name", "grpo")], data)
         return data
 
     @model_validator(mode="after")
@@ -625,20 +604,9 @@ class RunConfig(_Section):
 
     @model_validator(mode="before")
     @classmethod
-    def _renamed_task(cls, data: Any) -> Any:
-        """`task:` is the key's old name (until 0.2): read it as `problem:`, with a warning."""
-        if isinstance(data, dict) and "task" in data:
-            if "problem" in data:
-                raise ValueError("both `task` and `problem` are set: `task` is the old name of `problem`; keep one")
-            import warnings
-
-            warnings.warn(
-                "config key `task` is now `problem` (read as `problem` until spotrl 0.2)",
-                DeprecationWarning,
-                stacklevel=2,
-            )
-            data = {("problem" if k == "task" else k): v for k, v in data.items()}
-        return data
+    def _renamed_keys(cls, data: Any) -> Any:
+        """Old names of keys read as the new ones (spotrl/config_migrations.py)."""
+        return renamed_keys(data)
 
     @model_validator(mode="after")
     def _cross_checks(self):
@@ -677,23 +645,11 @@ class RunConfig(_Section):
         return self
 
     def digest(self) -> str:
-        """Content hash of the config: the identity of a run. Keys added after runs existed
-        (ADDED_KEYS) count only when they differ from their default, so a config that leaves them
-        alone keeps the identity it had before they were added."""
-        data = self.model_dump(mode="json")
-        defaults = RunConfig.model_construct().model_dump(mode="json")
-        for dotted in ADDED_KEYS:
-            *parents, leaf = dotted.split(".")
-            node, default = data, defaults
-            for part in parents:
-                node, default = node[part], default[part]
-            if node[leaf] == default[leaf]:
-                del node[leaf]
+        """Content hash of the config: the identity of a run. Keys added after runs existed count only
+        when they differ from their default (spotrl/config_migrations.py, ADDED_KEYS), so a config that
+        leaves them alone keeps the identity it had before they were added."""
+        data = without_added_defaults(self.model_dump(mode="json"), RunConfig.model_construct().model_dump(mode="json"))
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
-
-
-# keys added after runs existed, in the order they came: see RunConfig.digest
-ADDED_KEYS = ("rollout.workers", "fleet", "problem.reasoning_gym", "problem.countdown", "algorithm.rft")
 
 
 class ConfigError(ValueError):

@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 from conftest import LEARNING_OVERRIDES
 
+from spotrl.algorithm_presets import ALGORITHMS
 from spotrl.chaos import read_jsonl
-from spotrl.config import ALGORITHMS
 from spotrl.configs import build_config
 from spotrl.flows import rundir
 from spotrl.flows.resume import seed_from_warm_start
