@@ -232,7 +232,7 @@ class ReasoningGymConfig(_Section):
 
 
 class CountdownConfig(_Section):
-    """The built-in no-label task: given numbers and a target, an expression using each number once."""
+    """The built-in no-label problem: given numbers and a target, an expression using each number once."""
 
     numbers: int = Field(3, ge=2, le=6, description="numbers per instance (each used exactly once)")
     min_value: int = Field(1, ge=1, description="smallest number")
