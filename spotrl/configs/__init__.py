@@ -2,8 +2,9 @@
 `dotted.key=value` overrides into a validated `RunConfig`.
 
 `tiny.yaml` is the commented base config: the field defaults of spotrl/config.py with their
-descriptions, written by `python -m spotrl.configs.base`; every other preset overrides some of its keys. They ship inside the package, so an installed
-wheel has them: `spotrl train --config qwen2.5-0.5b` or `--config path/to/my.yaml`.
+descriptions, written by `python -m spotrl.configs.base`; every other preset overrides some of its
+keys. They ship inside the package, so an installed wheel has them: `spotrl train --config
+qwen2.5-0.5b` or `--config path/to/my.yaml`.
 """
 
 from __future__ import annotations
