@@ -27,8 +27,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from spotrl.algorithm_presets import ALGORITHMS  # noqa: E402
 from spotrl.chaos import read_jsonl, run_attempt, train_command  # noqa: E402
-from spotrl.config import ALGORITHMS  # noqa: E402
 from spotrl.flows.preemption import EXIT_PREEMPTED  # noqa: E402
 
 

@@ -1,7 +1,8 @@
 """The run config: typed, validated at construction, and the train flow's parameter.
 
-Every field has the value of the built-in tiny preset (`spotrl/configs/tiny.yaml`, which documents
-each one); a preset or `--set key=value` overrides it (the loader: spotrl/configs/). Unknown keys,
+Every field has the value of the built-in tiny preset, and its description is the one source of the
+key's documentation (`spotrl/configs/tiny.yaml` is written from both: spotrl/configs/base.py); a
+preset or `--set key=value` overrides it (the loader: spotrl/configs/). Unknown keys,
 wrong types and impossible values fail here, before any work starts, with the dotted key in the
 message. No I/O and no import of the layers above: registries are asked by kind (spotrl/registry.py).
 """
@@ -14,6 +15,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from spotrl.algorithm_presets import ALGORITHM_PRESETS, ALGORITHMS, merged
+from spotrl.config_migrations import renamed_keys, without_added_defaults
 from spotrl.registry import registry
 
 # The keys that describe the network itself: with `path` set they come from the checkpoint's
@@ -104,7 +107,7 @@ class ModelConfig(BaseModel):
     num_kv_heads: int = Field(
         2, gt=0, description="key/value heads (grouped-query attention: num_heads must be a multiple)"
     )
-    head_dim: int | None = Field(None, gt=0, description="defaults to hidden_size // num_heads")
+    head_dim: int | None = Field(None, gt=0, description="null: hidden_size // num_heads")
     rope_theta: float = Field(10000.0, gt=0, description="RoPE base frequency")
     rope_scaling: RopeScaling | None = Field(None, description="null: plain RoPE; Llama 3.1+ checkpoints set it")
     max_position_embeddings: int = Field(32768, gt=0, description="context length the checkpoint declares")
@@ -124,11 +127,16 @@ class ModelConfig(BaseModel):
     )
     path: str | None = Field(
         None,
-        description="Hugging Face checkpoint directory (local or gs://); null: the "
-        "built-in model, randomly initialised, and the character tokenizer",
+        description="Hugging Face checkpoint directory (local or gs://; see qwen2.5-0.5b.yaml): its config.json "
+        "gives the architecture keys that are not set (those set must agree), its tokenizer.json replaces the "
+        "character tokenizer, generation_config.json's eos ids all stop a completion, and the supervised warm "
+        "start is skipped (the checkpoint is the starting policy); a bad checkpoint fails before any work. "
+        "null: the built-in model, randomly initialised, and the character tokenizer",
     )
     chat_template: bool = Field(
-        True, description="render problem prompts through the tokenizer's chat template (when the checkpoint has one)"
+        True,
+        description="render problem prompts through the checkpoint tokenizer's chat template, as a user turn "
+        "(when it has one)",
     )
     remat: bool = Field(False, description="recompute each layer's activations in the backward pass (memory for FLOPs)")
     mesh: MeshConfig = Field(
@@ -137,7 +145,7 @@ class ModelConfig(BaseModel):
     sharding_rules: tuple[tuple[str, tuple[str | None, ...]], ...] | None = Field(
         None,
         description="[regex over a parameter path, [mesh axis or null per dimension]], first match wins; "
-        "null: spotrl.model.hf.loader.DEFAULT_RULES",
+        "null: spotrl.model.hf.loader.DEFAULT_RULES (FSDP over 'fsdp', Megatron-style columns and rows over 'tp')",
     )
 
     @model_validator(mode="after")
@@ -225,12 +233,14 @@ class ReasoningGymDatasetConfig(_Section):
 
 class ReasoningGymConfig(_Section):
     datasets: tuple[ReasoningGymDatasetConfig, ...] = Field(
-        (), description="problem.name reasoning_gym: the generators prompts are drawn from, mixed by weight"
+        (),
+        description="problem.name reasoning_gym: the generators its train_size + eval_size prompts are drawn from, "
+        "mixed by weight, e.g. [{name: chain_sum, weight: 1, options: {min_terms: 2}}]",
     )
 
 
 class CountdownConfig(_Section):
-    """The built-in no-label task: given numbers and a target, an expression using each number once."""
+    """The built-in no-label problem: given numbers and a target, an expression using each number once."""
 
     numbers: int = Field(3, ge=2, le=6, description="numbers per instance (each used exactly once)")
     min_value: int = Field(1, ge=1, description="smallest number")
@@ -253,11 +263,18 @@ class ProblemConfig(_Section):
         description="a problem in spotrl.problems: the verifier and tokenizer; built-in prompts for "
         "arithmetic, code and countdown, generated ones for reasoning_gym, curation.sources for any",
     )
-    train_size: int = Field(20000, gt=0, description="built-in problems: training prompts generated from the seed")
+    train_size: int = Field(
+        20000, gt=0, description="built-in problems: training prompts generated from the seed (never a held-out one)"
+    )
     eval_size: int = Field(400, gt=0, description="built-in problems: held-out prompts (never trained on)")
     min_digits: int = Field(2, ge=1, le=4, description="arithmetic: fewest digits per operand")
     max_digits: int = Field(4, ge=1, le=4, description="arithmetic: most digits per operand")
-    verify_workers: int = Field(1, gt=0, description="verifier calls in parallel per reward task (sandboxed code: >1)")
+    verify_workers: int = Field(
+        1,
+        gt=0,
+        description="verifier calls in parallel (threads) when a reward task scores a shard or a difficulty "
+        "estimate scores its samples; >1 for verifiers that wait on other processes, like the code sandbox",
+    )
     reasoning_gym: ReasoningGymConfig = Field(
         ReasoningGymConfig(), description="problem.name reasoning_gym: its datasets and generator options"
     )
@@ -303,7 +320,11 @@ class DifficultyConfig(_Section):
 
 
 class CurationConfig(_Section):
-    sources: tuple[SourceConfig, ...] = Field((), description="empty: the problem's built-in prompts")
+    sources: tuple[SourceConfig, ...] = Field(
+        (),
+        description="dataset sources, each with a name, path (local or gs://), map (source column -> id, prompt, "
+        "answer or tests), format, split and weight; empty: the problem's built-in prompts",
+    )
     eval: tuple[SourceConfig, ...] = Field(
         (), description="held-out sets: training prompts sharing an n-gram with them are removed"
     )
@@ -462,29 +483,6 @@ class RFTConfig(_Section):
     min_reward: float = Field(1.0, description="keep a completion whose verifier reward is >= this (1: correct)")
 
 
-# Each preset is only a choice of parts. The field defaults of AlgorithmConfig are GRPO's (with the
-# token-mean aggregation verl and DAPO use); a preset overrides some of them, and any key set
-# explicitly in a config file or with --set overrides the preset.
-ALGORITHM_PRESETS: dict[str, dict] = {
-    "grpo": {},
-    "dr_grpo": {"advantage": "dr_grpo", "aggregation": "seq_mean_token_sum_norm"},
-    "dapo": {"clip_high": 0.28, "dynamic_sampling": {"enabled": True}, "overlong": {"enabled": True}},
-    "rloo": {"advantage": "rloo"},
-    "reinforce_pp": {"advantage": "reinforce_pp", "kl": {"coef": 0.01, "estimator": "k1", "in_reward": True}},
-    "gspo": {"ratio_level": "sequence", "clip_low": 3e-4, "clip_high": 4e-4, "aggregation": "seq_mean_token_mean"},
-    "ppo": {"advantage": "gae", "value": {"head": "shared"}},
-    "rft": {},  # not a policy gradient: of the parts, only rft, epochs and minibatches apply
-}
-ALGORITHMS = tuple(ALGORITHM_PRESETS)  # the names `algorithm.name` accepts
-
-
-def _merge(base: dict, override: dict) -> dict:
-    merged = dict(base)
-    for key, value in override.items():
-        merged[key] = _merge(base[key], value) if isinstance(value, dict) and isinstance(base.get(key), dict) else value
-    return merged
-
-
 class AlgorithmConfig(_Section):
     name: Literal[ALGORITHMS] = Field(
         "grpo",
@@ -541,7 +539,7 @@ class AlgorithmConfig(_Section):
     @classmethod
     def _apply_preset(cls, data: Any) -> Any:
         if isinstance(data, dict) and data.get("name", "grpo") in ALGORITHM_PRESETS:
-            return _merge(ALGORITHM_PRESETS[data.get("name", "grpo")], data)
+            return merged(ALGORITHM_PRESETS[data.get("name", "grpo")], data)
         return data
 
     @model_validator(mode="after")
@@ -601,13 +599,19 @@ class WeightsConfig(_Section):
 class RunConfig(_Section):
     seed: int = Field(0, description="every random choice derives from (seed, stream, iteration, shard)")
     iterations: int = Field(200, ge=0, description="RL iterations after the warm start")
-    model: ModelConfig = Field(ModelConfig(), description="the network and where its weights come from")
+    model: ModelConfig = Field(
+        ModelConfig(),
+        description="the network (a Qwen2/Llama-shaped decoder; by default 306k parameters, trained on 2 CPU "
+        "cores) and where its weights come from",
+    )
     problem: ProblemConfig = Field(ProblemConfig(), description="what the policy learns to solve, and its verifier")
     curation: CurationConfig = Field(
         CurationConfig(), description="prompt datasets: sources, decontamination, mixing, difficulty"
     )
     warmstart: WarmStartConfig = Field(
-        WarmStartConfig(), description="the supervised warm start (skipped with model.path)"
+        WarmStartConfig(),
+        description="the supervised warm start: it stops once the policy is mediocre, not perfect (skipped with "
+        "model.path)",
     )
     rollout: RolloutConfig = Field(
         RolloutConfig(), description="generation: prompts, samples, sampling, fan-out, staleness"
@@ -615,8 +619,12 @@ class RunConfig(_Section):
     algorithm: AlgorithmConfig = Field(
         AlgorithmConfig(), description="the RL algorithm: advantage, loss, clipping, KL, minibatches"
     )
-    optimizer: OptimizerConfig = Field(OptimizerConfig(), description="AdamW of the RL updates")
-    eval: EvalConfig = Field(EvalConfig(), description="held-out pass@k")
+    optimizer: OptimizerConfig = Field(
+        OptimizerConfig(), description="AdamW of the RL updates (optax, after global-norm clipping)"
+    )
+    eval: EvalConfig = Field(
+        EvalConfig(), description="held-out pass@k (the unbiased estimator, from n samples per prompt)"
+    )
     checkpoint: CheckpointConfig = Field(CheckpointConfig(), description="train-state checkpoints")
     weights: WeightsConfig = Field(WeightsConfig(), description="published weight versions")
     fleet: FleetConfig = Field(
@@ -625,20 +633,9 @@ class RunConfig(_Section):
 
     @model_validator(mode="before")
     @classmethod
-    def _renamed_task(cls, data: Any) -> Any:
-        """`task:` is the key's old name (until 0.2): read it as `problem:`, with a warning."""
-        if isinstance(data, dict) and "task" in data:
-            if "problem" in data:
-                raise ValueError("both `task` and `problem` are set: `task` is the old name of `problem`; keep one")
-            import warnings
-
-            warnings.warn(
-                "config key `task` is now `problem` (read as `problem` until spotrl 0.2)",
-                DeprecationWarning,
-                stacklevel=2,
-            )
-            data = {("problem" if k == "task" else k): v for k, v in data.items()}
-        return data
+    def _renamed_keys(cls, data: Any) -> Any:
+        """Old names of keys read as the new ones (spotrl/config_migrations.py)."""
+        return renamed_keys(data)
 
     @model_validator(mode="after")
     def _cross_checks(self):
@@ -677,23 +674,11 @@ class RunConfig(_Section):
         return self
 
     def digest(self) -> str:
-        """Content hash of the config: the identity of a run. Keys added after runs existed
-        (ADDED_KEYS) count only when they differ from their default, so a config that leaves them
-        alone keeps the identity it had before they were added."""
-        data = self.model_dump(mode="json")
-        defaults = RunConfig.model_construct().model_dump(mode="json")
-        for dotted in ADDED_KEYS:
-            *parents, leaf = dotted.split(".")
-            node, default = data, defaults
-            for part in parents:
-                node, default = node[part], default[part]
-            if node[leaf] == default[leaf]:
-                del node[leaf]
+        """Content hash of the config: the identity of a run. Keys added after runs existed count only
+        when they differ from their default (spotrl/config_migrations.py, ADDED_KEYS), so a config that
+        leaves them alone keeps the identity it had before they were added."""
+        data = without_added_defaults(self.model_dump(mode="json"), RunConfig.model_construct().model_dump(mode="json"))
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
-
-
-# keys added after runs existed, in the order they came: see RunConfig.digest
-ADDED_KEYS = ("rollout.workers", "fleet", "problem.reasoning_gym", "problem.countdown", "algorithm.rft")
 
 
 class ConfigError(ValueError):

@@ -1,9 +1,10 @@
 """The presets shipped with spotrl, and the loader that turns a preset (by name or path) plus
 `dotted.key=value` overrides into a validated `RunConfig`.
 
-`tiny.yaml` is the commented base config (its values are the field defaults of spotrl/config.py);
-every other preset overrides some of its keys. They ship inside the package, so an installed
-wheel has them: `spotrl train --config qwen2.5-0.5b` or `--config path/to/my.yaml`.
+`tiny.yaml` is the commented base config: the field defaults of spotrl/config.py with their
+descriptions, written by `python -m spotrl.configs.base`; every other preset overrides some of its
+keys. They ship inside the package, so an installed wheel has them: `spotrl train --config
+qwen2.5-0.5b` or `--config path/to/my.yaml`.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from spotrl.config import ConfigError
 from spotrl.configs import build_config
 from spotrl.storage.parquet import read_frame
 
-# Hand-made arithmetic-task source: 11 lines, 3 bad, 1 exact duplicate, 1 contaminated (below).
+# Hand-made arithmetic-problem source: 11 lines, 3 bad, 1 exact duplicate, 1 contaminated (below).
 LINES = [
     {"q": "0012+0345=", "a": 357},
     {"q": "0020+0030=", "a": "50"},

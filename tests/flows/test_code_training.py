@@ -1,4 +1,4 @@
-"""The built-in code task as a training task: rewards come from the sandbox, and a sandbox that
+"""The built-in code problem as a training run: rewards come from the sandbox, and a sandbox that
 fails is retried and reported, never scored 0."""
 
 import json
@@ -36,7 +36,7 @@ def code_config(tiny_config):
     return build_config(tiny_config.model_dump(mode="json"), CODE_OVERRIDES)
 
 
-def test_code_task_trains_end_to_end_with_sandbox_rewards(prefect_harness, tmp_path, code_config):
+def test_code_problem_trains_end_to_end_with_sandbox_rewards(prefect_harness, tmp_path, code_config):
     from spotrl.curation.store import load_split
     from spotrl.flows import rundir
     from spotrl.flows.train import train
@@ -63,9 +63,9 @@ def test_code_task_trains_end_to_end_with_sandbox_rewards(prefect_harness, tmp_p
 
 
 def _shard(config, run, completions, stopped):
-    from spotrl.problems import code as codetask
+    from spotrl.problems import code as code_problem
 
-    train, _ = codetask.make_splits(0, 2, 1)
+    train, _ = code_problem.make_splits(0, 2, 1)
     meta = [json.loads(m) for m in train["metadata"]]
     g = config.rollout.group_size
     frame = pd.DataFrame(

@@ -1,4 +1,4 @@
-"""The no-label countdown task as a run: rewards are reasoning-gym's verdicts, and a scorer that fails
+"""The no-label countdown problem as a run: rewards are reasoning-gym's verdicts, and a scorer that fails
 fails the reward stage (nothing is scored 0 for it)."""
 
 import json

@@ -1,4 +1,4 @@
-"""The built-in no-label task: instances from reasoning-gym's countdown generator, no solution in any
+"""The built-in no-label problem: instances from reasoning-gym's countdown generator, no solution in any
 row, warm-start targets that are well-formed expressions over the prompt's numbers and never solutions."""
 
 import json
@@ -94,7 +94,7 @@ def test_curated_splits_are_disjoint_with_a_manifest_and_no_quarantine(config, t
     assert (tmp_path / "curation" / "generated" / "countdown.jsonl").exists()
 
 
-def test_the_preset_selects_the_task_by_config_alone():
+def test_the_preset_selects_the_problem_by_config_alone():
     config = load_config(preset_path("countdown"))
     assert config.problem.name == "countdown" and config.warmstart.target_greedy_accuracy == 1.0
     assert get_problem(config.problem.name).verifier == "reasoning_gym"

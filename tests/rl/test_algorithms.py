@@ -1,4 +1,4 @@
-"""Every algorithm preset trains the built-in task: its mean reward rises over a short run.
+"""Every algorithm preset trains the built-in problem: its mean reward rises over a short run.
 
 One warm start is shared: it is written once, then each preset's run directory is seeded with it
 (checkpoint 0 with the preset's train state, weights version 0, the data), so the flow resumes
@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 from conftest import LEARNING_OVERRIDES
 
+from spotrl.algorithm_presets import ALGORITHMS
 from spotrl.chaos import read_jsonl
-from spotrl.config import ALGORITHMS
 from spotrl.configs import build_config
 from spotrl.flows import rundir
 from spotrl.flows.resume import seed_from_warm_start
