@@ -1,7 +1,7 @@
 """Fleet simulator on a long-tailed workload: time, cost, idle fraction and lost work for W = 8, 64,
 256, 1024 rollout workers under each policy (fixed W, cost-aware, asynchronous k = 1, 2).
 
-The workload and fleet are the built-in example (spotrl/fleet/model.py, LONG_TAILED): a 7B policy,
+The workload and fleet are the built-in example (spotrl/fleet/fleet_model.py, LONG_TAILED): a 7B policy,
 1024 prompts x 8 completions per iteration, completion lengths lognormal (median 600 tokens,
 sigma 1) capped at 8192; a rollout worker decodes 2,500 tok/s with a full batch and one sequence at
 30 tok/s; cold start 90 s plus a 15 GB weight pull at 1.25 GB/s from a store of 100 GB/s egress;
@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from spotrl.fleet.model import LONG_TAILED, with_overrides  # noqa: E402
+from spotrl.fleet.fleet_model import LONG_TAILED, with_overrides  # noqa: E402
 from spotrl.fleet.sweep import FLEET_SIZES, as_rows, format_table, sweep, target_check  # noqa: E402
 
 

@@ -1,6 +1,6 @@
-"""A fleet model small enough to work out by hand (tests/fleet/test_policy.py tabulates it)."""
+"""A fleet model small enough to work out by hand (tests/fleet/test_sizing.py tabulates it)."""
 
-from spotrl.fleet.model import FleetModel, Lengths, Market, Network, TrainerSpeed, WorkerSpeed, Workload
+from spotrl.fleet.fleet_model import FleetModel, Lengths, Market, Network, TrainerSpeed, WorkerSpeed, Workload
 
 HAND = FleetModel(
     workload=Workload(prompts=8, group_size=2, lengths=Lengths(median=100, sigma=0.0, max_tokens=1000)),

@@ -3,7 +3,7 @@
 With --run-dir the fleet model is calibrated on that run's measurements (spotrl/fleet/calibrate.py),
 checked against the run's own mean iteration time (printed), and the plots go to RUN/report/
 next to what `spotrl report` writes; without it the model is the built-in long-tailed example
-(spotrl/fleet/model.py). `--set` overrides any model number after calibration, e.g.
+(spotrl/fleet/fleet_model.py). `--set` overrides any model number after calibration, e.g.
 `--set workload.prompts=1024 --set worker.sequence_tokens_per_s=30 --set market.spot=false`.
 Prints the table of time per iteration, cost per iteration, idle fraction and work lost to
 preemptions for W = 8, 64, 256, 1024 under each policy (fixed, cost_aware, async_k1, async_k2).
@@ -38,7 +38,7 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from spotrl.fleet.model import LONG_TAILED, as_dict, with_overrides
+    from spotrl.fleet.fleet_model import LONG_TAILED, as_dict, with_overrides
     from spotrl.fleet.sweep import format_table, sweep, target_check, write_outputs
     from spotrl.storage.paths import as_path
 

@@ -29,9 +29,9 @@ import pyarrow.parquet as pq
 import yaml
 
 from spotrl.config import FleetConfig, RunConfig
-from spotrl.fleet.model import FleetModel, Lengths, Market, Network, TrainerSpeed, WorkerSpeed, Workload
-from spotrl.fleet.policy import Objective
+from spotrl.fleet.fleet_model import FleetModel, Lengths, Market, Network, TrainerSpeed, WorkerSpeed, Workload
 from spotrl.fleet.simulator import simulate
+from spotrl.fleet.sizing import Objective
 from spotrl.storage.paths import AnyPath, RemotePath, as_path
 
 

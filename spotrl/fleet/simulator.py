@@ -25,8 +25,8 @@ from dataclasses import dataclass
 import numpy as np
 import simpy
 
-from spotrl.fleet.model import FleetModel
-from spotrl.fleet.policy import POLICIES, FleetPolicy, shard_count
+from spotrl.fleet.fleet_model import FleetModel
+from spotrl.fleet.sizing import POLICIES, FleetPolicy, shard_count
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import io
 import json
 
-from spotrl.fleet.model import FleetModel
+from spotrl.fleet.fleet_model import FleetModel
 from spotrl.fleet.simulator import SimResult, simulate
 from spotrl.storage.atomic import atomic_write_bytes
 from spotrl.storage.paths import AnyPath, as_path

@@ -2,7 +2,7 @@
 
     null   every shard at once on the flow's task runner (the behaviour before this key existed)
     N      at most N shards at once
-    auto   before each iteration the cost-aware policy (spotrl/fleet/policy.py) picks the count from
+    auto   before each iteration the cost-aware policy (spotrl/fleet/sizing.py) picks the count from
            what the run has measured so far (metrics.jsonl) and the prices and objective in `fleet`
 
 On threads the count bounds a thread pool the iteration's shards are mapped over; on Ray it is asked
@@ -21,7 +21,7 @@ import dataclasses
 
 from spotrl.config import RunConfig
 from spotrl.fleet import calibrate
-from spotrl.fleet.policy import choose_workers
+from spotrl.fleet.sizing import choose_workers
 from spotrl.flows import rundir
 from spotrl.storage.paths import AnyPath
 from spotrl.tasks.runlog import say

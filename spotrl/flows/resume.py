@@ -24,8 +24,8 @@ from spotrl.curation.store import damaged_splits
 from spotrl.flows import rundir
 from spotrl.rng import next_iteration_streams
 from spotrl.storage.checkpoints import CheckpointError, CheckpointStore
+from spotrl.storage.damaged import DAMAGED_DIR, move_aside
 from spotrl.storage.paths import AnyPath, as_path, remove
-from spotrl.storage.quarantine import QUARANTINE, quarantine
 from spotrl.storage.rollouts import damaged_shards
 from spotrl.storage.weights import WeightStore, WeightStoreError
 
@@ -37,7 +37,7 @@ class ResumePoint:
     weights: dict | None = None  # its published weight version, None when it must be republished
     refresh: bool = False  # later tasks must not trust their cached results
     recurate: bool = False  # the curated data was damaged and is regenerated
-    notes: list[str] = dataclasses.field(default_factory=list)  # what was quarantined or removed, and why
+    notes: list[str] = dataclasses.field(default_factory=list)  # what was moved aside or removed, and why
 
 
 def eval_due(config: RunConfig, iteration: int) -> bool:
@@ -53,7 +53,7 @@ def _records_complete(run_dir: AnyPath, config: RunConfig, iteration: int) -> bo
 
 def _remove_leftovers(run_dir: AnyPath, checkpoints: CheckpointStore, weights: WeightStore, notes: list[str]) -> None:
     """Temporaries of writes killed before their commit: incomplete by construction, never read."""
-    temporaries = [p for p in run_dir.rglob(".*.tmp-*") if QUARANTINE not in p.relative_to(run_dir).parts]
+    temporaries = [p for p in run_dir.rglob(".*.tmp-*") if DAMAGED_DIR not in p.relative_to(run_dir).parts]
     for path in checkpoints.leftovers() + weights.leftovers() + temporaries:
         if not path.exists():
             continue  # it was inside a leftover directory removed just before
@@ -69,7 +69,7 @@ def find_resume_point(
     _remove_leftovers(run_dir, checkpoints, weights, notes)
 
     def set_aside(path: AnyPath, reason: str) -> None:
-        quarantine(run_dir, path, reason)
+        move_aside(run_dir, path, reason)
         notes.append(f"quarantined {path.relative_to(run_dir)}: {reason}")
 
     data_dir = run_dir / "data"

@@ -111,7 +111,7 @@ def length_record(run_dir: AnyPath, through: int) -> LengthRecord:
             frame = read_frame(path)
             record = merge_lengths(record, frame["prompt_id"].tolist(), frame["length"].tolist())
         if not scored:
-            continue  # not scored yet (or quarantined): no record that a later call could not complete
+            continue  # not scored yet (or moved aside as damaged): no record that a later call could not complete
         prompts = {k: list(v) for k, v in sorted(record.items())}
         atomic_write_json(_record_path(run_dir, iteration), {"iteration": iteration, "prompts": prompts})
     return record

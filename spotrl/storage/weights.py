@@ -228,7 +228,7 @@ class WeightStore:
         return version
 
     def repoint(self, version: int | None) -> None:
-        """Recovery only: point LATEST at `version` (possibly backwards, after quarantining newer ones)."""
+        """Recovery only: point LATEST at `version` (possibly backwards, after newer ones were moved aside)."""
         if version is None:
             if self.fs.exists(self._p("LATEST")):
                 self.fs.rm(self._p("LATEST"))

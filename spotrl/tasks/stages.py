@@ -24,8 +24,8 @@ from spotrl.faults import failpoint
 from spotrl.rewards.sandbox.runner import SandboxError, SandboxUnavailable
 from spotrl.rewards.score import score
 from spotrl.rl.batch import in_generation_order, training_batch
+from spotrl.rl.iteration_update import checkpoint_metadata, initial_metadata, starting_params, update_on_batch
 from spotrl.rl.shaping import reward_summary, shaped_rewards
-from spotrl.rl.trainer import checkpoint_metadata, initial_metadata, starting_params, update_on_batch
 from spotrl.rng import derive_key, rollout_key
 from spotrl.rollout import shards
 from spotrl.rollout.completions import round_frame, sample_completions, shard_number

@@ -10,8 +10,8 @@ import pytest
 
 from spotrl.config import RunConfig
 from spotrl.fleet.calibrate import calibrate, measure, model_from, objective_for, validate
-from spotrl.fleet.model import Network
-from spotrl.fleet.policy import Objective
+from spotrl.fleet.fleet_model import Network
+from spotrl.fleet.sizing import Objective
 
 NO_NETWORK = Network(weight_bytes=0.0)
 

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from fleet_fixtures import HAND
 
-from spotrl.fleet.model import LONG_TAILED, with_overrides
-from spotrl.fleet.policy import FleetPolicy, predict
+from spotrl.fleet.fleet_model import LONG_TAILED, with_overrides
 from spotrl.fleet.simulator import simulate
+from spotrl.fleet.sizing import FleetPolicy, predict
 
 
 def test_two_synchronous_iterations_by_hand():

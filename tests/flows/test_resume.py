@@ -15,7 +15,7 @@ from spotrl.configs import build_config
 from spotrl.flows import rundir
 from spotrl.flows.resume import find_resume_point
 from spotrl.storage.checkpoints import CheckpointStore
-from spotrl.storage.quarantine import quarantine_log
+from spotrl.storage.damaged import damaged_log
 from spotrl.storage.weights import WeightStore
 from spotrl.tasks.context import get_context
 
@@ -77,7 +77,7 @@ def test_truncated_newest_checkpoint_is_quarantined_and_redone(finished, config,
     point = find_resume_point(run_dir, config, store, WeightStore(run_dir / "weights"))
     assert point.iteration == newest - 1 and point.refresh
     assert any("checksum mismatch" in note for note in point.notes)
-    assert [entry["path"] for entry in quarantine_log(run_dir)] == [
+    assert [entry["path"] for entry in damaged_log(run_dir)] == [
         f"checkpoints/iter_{newest:06d}",
         f"checkpoints/iter_{newest:06d}.sealed.json",
     ]
@@ -124,7 +124,7 @@ def test_altered_rollout_shard_of_the_interrupted_iteration_is_regenerated(finis
 
     point = find_resume_point(run_dir, config, store, WeightStore(run_dir / "weights"))
     assert point.iteration == ITERATIONS - 1 and point.refresh
-    assert [e["path"] for e in quarantine_log(run_dir)] == [str(shard.relative_to(run_dir))]
+    assert [e["path"] for e in damaged_log(run_dir)] == [str(shard.relative_to(run_dir))]
 
     _resume(run_dir, config)
     _assert_same(run_dir, finished)

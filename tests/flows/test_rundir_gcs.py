@@ -21,8 +21,8 @@ from spotrl.cli.main import main as cli_main
 from spotrl.configs import build_config
 from spotrl.flows import rundir
 from spotrl.storage.checkpoints import CheckpointError, CheckpointStore
+from spotrl.storage.damaged import damaged_log
 from spotrl.storage.paths import RemotePath, generation
-from spotrl.storage.quarantine import quarantine_log
 from spotrl.storage.weights import WeightStore
 from spotrl.tasks.context import get_context
 
@@ -114,7 +114,7 @@ def test_training_on_gcs_writes_nothing_locally_resumes_and_matches_local(
     # a damaged weight version on gs:// is moved to RUN/quarantine/ there and published again
     gcs.pipe_file(f"{key}/weights/v000002/model.safetensors", b"bitrot")
     _train(tiny_config, run_url)
-    assert [entry["path"] for entry in quarantine_log(run_url)] == ["weights/v000002"]
+    assert [entry["path"] for entry in damaged_log(run_url)] == ["weights/v000002"]
     assert RemotePath(f"{run_url}/quarantine/weights/v000002/model.safetensors").read_bytes() == b"bitrot"
     assert remote.verified_digest() == WeightStore(local / "weights").verified_digest()
     with contextlib.redirect_stdout(io.StringIO()) as out:

@@ -3,6 +3,9 @@
 A checkpoint, weight version or rollout shard that fails its checksum is evidence (a bad disk, a
 bug, someone editing the run directory); the run continues from the last complete one and the
 damaged copy stays inspectable.
+
+Not curation's quarantine: RUN/quarantine.parquet holds the input rows curation could not use
+(spotrl/curation/rundata.py). The directory keeps the name existing run directories have.
 """
 
 from __future__ import annotations
@@ -12,14 +15,14 @@ import time
 
 from spotrl.storage.paths import AnyPath, append_line, as_path, move
 
-QUARANTINE = "quarantine"
+DAMAGED_DIR = "quarantine"  # RUN/quarantine/
 
 
-def quarantine(run_dir: AnyPath, path: AnyPath, reason: str) -> AnyPath:
+def move_aside(run_dir: AnyPath, path: AnyPath, reason: str) -> AnyPath:
     """Move `path` (file or directory inside `run_dir`) under RUN/quarantine/; returns the new path."""
     run_dir, path = as_path(run_dir), as_path(path)
     relative = path.resolve().relative_to(run_dir.resolve())
-    dest = run_dir / QUARANTINE / relative
+    dest = run_dir / DAMAGED_DIR / relative
     n = 0
     while dest.exists():
         n += 1
@@ -32,10 +35,11 @@ def quarantine(run_dir: AnyPath, path: AnyPath, reason: str) -> AnyPath:
         "reason": reason,
         "unix_time": time.time(),
     }
-    append_line(run_dir / QUARANTINE / "log.jsonl", json.dumps(record))
+    append_line(run_dir / DAMAGED_DIR / "log.jsonl", json.dumps(record))
     return dest
 
 
-def quarantine_log(run_dir: AnyPath) -> list[dict]:
-    path = as_path(run_dir) / QUARANTINE / "log.jsonl"
+def damaged_log(run_dir: AnyPath) -> list[dict]:
+    """The records of what `move_aside` moved, oldest first."""
+    path = as_path(run_dir) / DAMAGED_DIR / "log.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []

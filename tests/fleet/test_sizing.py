@@ -23,8 +23,8 @@ import numpy as np
 import pytest
 from fleet_fixtures import HAND
 
-from spotrl.fleet.model import Lengths, as_dict, with_overrides
-from spotrl.fleet.policy import POLICIES, Objective, choose_workers, predict
+from spotrl.fleet.fleet_model import Lengths, as_dict, with_overrides
+from spotrl.fleet.sizing import POLICIES, Objective, choose_workers, predict
 
 SECONDS = {1: 23, 2: 15, 3: 13, 4: 11, 5: 11, 6: 11, 7: 11, 8: 9}
 

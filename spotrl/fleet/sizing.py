@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from spotrl.fleet.model import FleetModel
+from spotrl.fleet.fleet_model import FleetModel
 from spotrl.registry import Registry
 
 HORIZON = 10  # iterations a new worker is expected to serve: its cold start is spread over them

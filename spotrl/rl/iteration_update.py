@@ -1,4 +1,5 @@
-"""One RL iteration's update on a training batch, and the metadata a checkpoint records with it.
+"""The trainer's side of an RL iteration as library calls: the starting parameters (iteration 0), the
+update on a training batch, and the metadata each checkpoint records with the train state.
 
 `update_on_batch` rescores the sampled tokens with the trainer's weights (the "proximal" policy: on
 policy its logprobs must equal the sampler's, off policy they give the truncated importance weights
