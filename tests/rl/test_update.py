@@ -6,7 +6,8 @@ from flax import nnx
 from spotrl.config import ModelConfig
 from spotrl.model.policy import Policy
 from spotrl.model.sequences import completion_mask, join
-from spotrl.rl.train_step import LossSpec, build_rl_step, completion_logprobs, make_optimizer
+from spotrl.rl.losses import LossSpec
+from spotrl.rl.train_step import build_rl_step, completion_logprobs, make_optimizer
 from spotrl.rl.update import AdvantageSpec, compute_advantages, policy_update
 
 
