@@ -48,7 +48,8 @@ from flax import nnx
 from spotrl.model.compiles import CompileCounter
 from spotrl.model.hf.export import export_checkpoint
 from spotrl.model.transformer import Transformer
-from spotrl.rl.train_step import LossSpec, RLBatch, build_rl_step, build_sft_step, make_optimizer
+from spotrl.rl.losses import LossSpec
+from spotrl.rl.train_step import RLBatch, build_rl_step, build_sft_step, make_optimizer
 
 BATCH, SEQ, COMPLETION = 32, 128, 64
 LR = 1e-4

@@ -12,14 +12,12 @@ import pandas as pd
 
 from spotrl.evaluation.passk import mean_pass_at_k
 from spotrl.rewards.score import score
-from spotrl.rollout.completions import sample_completions
+from spotrl.rollout.completions import LoadedPolicy, sample_completions
 from spotrl.rollout.sampler import SamplingParams
 
 
 def evaluate_pass_at_k(
-    graphdef,
-    state,
-    tokenizer,
+    policy: LoadedPolicy,
     verifier: str,
     prompts,
     answers,
@@ -31,7 +29,8 @@ def evaluate_pass_at_k(
     report: Callable[[int, dict], None] | None = None,
     max_chunk_rows: int = 1024,
 ) -> dict:
-    """`report(samples_done, {"pass@1": ...})`, if given, after each sampled chunk is scored."""
+    """pass@1 and pass@k of `policy` from n samples per prompt; `report(samples_done, {"pass@1": ...})`,
+    if given, after each sampled chunk is scored."""
     answers = [a for a in answers for _ in range(n)]
     scored = []
 
@@ -42,9 +41,7 @@ def evaluate_pass_at_k(
             rewards = np.concatenate(scored)
             report(len(rewards), {"pass@1": f"{rewards.mean():.1%}"})
 
-    completions = sample_completions(
-        graphdef, state, tokenizer, list(prompts), n, sampling, key, max_chunk_rows, on_chunk=score_chunk
-    )
+    completions = sample_completions(policy, list(prompts), n, sampling, key, max_chunk_rows, on_chunk=score_chunk)
     rewards = np.concatenate(scored)
     correct = rewards.reshape(len(prompts), n).sum(axis=1)
     return {
@@ -57,7 +54,8 @@ def evaluate_pass_at_k(
     }
 
 
-def greedy_accuracy(graphdef, state, tokenizer, verifier: str, prompts, answers, max_new_tokens: int) -> float:
+def greedy_accuracy(policy: LoadedPolicy, verifier: str, prompts, answers, max_new_tokens: int) -> float:
+    tokenizer = policy.tokenizer
     sampling = SamplingParams(
         max_new_tokens=max_new_tokens,
         stop_token=tokenizer.eos_id,
@@ -65,18 +63,18 @@ def greedy_accuracy(graphdef, state, tokenizer, verifier: str, prompts, answers,
         temperature=0.0,
         stop_tokens=tokenizer.stop_ids,
     )
-    completions = sample_completions(graphdef, state, tokenizer, list(prompts), 1, sampling, jax.random.key(0))
+    completions = sample_completions(policy, list(prompts), 1, sampling, jax.random.key(0))
     return float(score(verifier, completions.texts, completions.stopped, list(answers)).mean())
 
 
-def policy_sample_rewards(graphdef, state, tokenizer, verifier: str, sampling, key, workers: int = 1):
-    """`sample_rewards(rows, n)` for curation/difficulty.py, with the policy `state`: batch b samples
+def policy_sample_rewards(policy: LoadedPolicy, verifier: str, sampling, key, workers: int = 1):
+    """`sample_rewards(rows, n)` for curation/difficulty.py, sampled by `policy`: batch b samples
     with fold_in(key, b), b counting the calls, so a re-estimate draws the same completions."""
     calls = itertools.count()
 
     def sample_rewards(rows: pd.DataFrame, n: int) -> np.ndarray:
         completions = sample_completions(
-            graphdef, state, tokenizer, list(rows["prompt"]), n, sampling, jax.random.fold_in(key, next(calls))
+            policy, list(rows["prompt"]), n, sampling, jax.random.fold_in(key, next(calls))
         )
         rewards = score(
             verifier,
@@ -90,7 +88,7 @@ def policy_sample_rewards(graphdef, state, tokenizer, verifier: str, sampling, k
     return sample_rewards
 
 
-def difficulty_sampler(graphdef, load_state, tokenizer, verifier: str, sampling, key, workers: int = 1):
-    """The `make_sampler()` of curation/curriculum.py: `policy_sample_rewards` with the weights
-    `load_state()` returns, loaded only when an estimate has to be made (not when one is on disk)."""
-    return lambda: policy_sample_rewards(graphdef, load_state(), tokenizer, verifier, sampling, key, workers)
+def difficulty_sampler(load_policy: Callable[[], LoadedPolicy], verifier: str, sampling, key, workers: int = 1):
+    """The `make_sampler()` of curation/curriculum.py: `policy_sample_rewards` with the policy
+    `load_policy()` returns, loaded only when an estimate has to be made (not when one is on disk)."""
+    return lambda: policy_sample_rewards(load_policy(), verifier, sampling, key, workers)

@@ -17,7 +17,7 @@ from spotrl.rl.batch import TrainingBatch
 from spotrl.rl.importance import importance_statistics, truncated_weights
 from spotrl.rl.rft import rft_update
 from spotrl.rl.train_step import build_rl_step, build_scoring_fn, loss_spec
-from spotrl.rl.update import advantage_spec, policy_update
+from spotrl.rl.update import UpdateBatch, advantage_spec, policy_update
 from spotrl.rl.warmstart import pretrained_start, supervised_warm_start
 from spotrl.rng import minibatch_rng, next_iteration_streams
 
@@ -71,23 +71,26 @@ def update_on_batch(
         critic_optimizer,
         micro_batches=a.micro_batches,
     )
-    state, metrics = policy_update(
-        step_fn,
-        state,
+    update = UpdateBatch(
         prompt_tokens=prompt_tokens,
         prompt_valid=prompt_valid,
         tokens=tokens,
         lengths=lengths,
         old_logprobs=prox_logprobs,
         rewards=frame["reward"].to_numpy(),
-        spec=advantage_spec(a, r.group_size),
-        minibatches=a.minibatches,
-        epochs=a.epochs,
-        rng=minibatch_rng(config.seed, iteration),
         real_rows=batch.real_rows,
         ref_logprobs=ref_logprobs,
         old_values=old_values,
         behaviour_weights=behaviour_weights,
+    )
+    state, metrics = policy_update(
+        step_fn,
+        state,
+        update,
+        advantage_spec(a, r.group_size),
+        minibatches=a.minibatches,
+        epochs=a.epochs,
+        rng=minibatch_rng(config.seed, iteration),
     )
     metrics.update(alignment)
     return state, metrics

@@ -1,7 +1,7 @@
 """Policy and value losses for RL post-training, built from one template.
 
-GRPO, Dr.GRPO, DAPO, RLOO, REINFORCE++, GSPO and PPO differ only in a few choices, each a keyword
-of `policy_loss`:
+GRPO, Dr.GRPO, DAPO, RLOO, REINFORCE++, GSPO and PPO differ only in a few choices, each a field
+of the `LossSpec` that `policy_loss` takes:
 
     ratio_level   "token" (PPO/GRPO) or "sequence" (GSPO's length-normalised sequence ratio)
     clip_low/high asymmetric clip range (DAPO's clip-higher); equal values give PPO's clip
@@ -18,6 +18,7 @@ tokens), advantages are [B] (one per sequence) or [B, N] (one per token).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import jax
@@ -163,26 +164,52 @@ def importance_log_ratio(
     raise ValueError(f"ratio_level must be 'token' or 'sequence', got {ratio_level!r}")
 
 
+RATIO_LEVELS = ("token", "sequence")
+
+
+@dataclasses.dataclass(frozen=True)
+class LossSpec:
+    """The loss template's choices (see `policy_loss`); hashable, fixed at trace time.
+
+    Checked at construction: dual_clip > 1, norm_constant only with 'seq_mean_token_sum_norm', a
+    known ratio_level. An aggregation's name is looked up where the loss is built (the train step
+    names the ones micro-batching cannot weight). value_coef and value_clip are the value loss's
+    (the train step's, with a critic), not policy_loss's.
+    """
+
+    ratio_level: str = "token"
+    clip_low: float = 0.2
+    clip_high: float | None = 0.2  # None: clip_low, the symmetric PPO clip
+    dual_clip: float | None = 3.0
+    aggregation: str = "token_mean"
+    norm_constant: float | None = None
+    kl_coef: float = 0.0  # KL penalty in the loss (0 when there is none, or it is in the reward)
+    kl_estimator: str = "k3"
+    entropy_coef: float = 0.0
+    value_coef: float = 0.0  # with a critic
+    value_clip: float | None = None
+
+    def __post_init__(self):
+        if self.dual_clip is not None and self.dual_clip <= 1.0:
+            raise ValueError(f"dual_clip must be > 1, got {self.dual_clip}")
+        if self.norm_constant is not None and self.aggregation != "seq_mean_token_sum_norm":
+            raise ValueError(f"norm_constant is only used by 'seq_mean_token_sum_norm', not {self.aggregation!r}")
+        if self.ratio_level not in RATIO_LEVELS:
+            raise ValueError(f"ratio_level must be 'token' or 'sequence', got {self.ratio_level!r}")
+
+
 def policy_loss(
     logprobs: jax.Array,
     old_logprobs: jax.Array,
     advantages: jax.Array,
     mask: jax.Array,
+    spec: LossSpec = LossSpec(),
     *,
-    ratio_level: str = "token",
-    clip_low: float = 0.2,
-    clip_high: float | None = None,
-    dual_clip: float | None = 3.0,
-    aggregation: str = "token_mean",
-    norm_constant: float | None = None,
     ref_logprobs: jax.Array | None = None,
-    kl_coef: float = 0.0,
-    kl_estimator: str = "k3",
     entropy: jax.Array | None = None,
-    entropy_coef: float = 0.0,
     behaviour_weights: jax.Array | None = None,
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
-    """The clipped-surrogate template; returns (loss to minimise, metrics).
+    """The clipped-surrogate template of `spec`'s choices; returns (loss to minimise, metrics).
 
     behaviour_weights [B, N]: truncated importance weights min(pi_prox / pi_behaviour, cap) for
     rollouts sampled by older weights (decoupled PPO: `old_logprobs` are then the trainer's own
@@ -200,7 +227,8 @@ def policy_loss(
     whose ratio has exploded (ratio > c); it needs c > 1 (default 3, verl's; None: off).
 
     ref_logprobs [B, N]: frozen reference policy, for the KL penalty in the loss (GRPO's k3 by
-    default). entropy [B, N]: per-token entropies of the current policy, for the bonus.
+    default; needed when spec.kl_coef is set). entropy [B, N]: per-token entropies of the current
+    policy, for the bonus (needed when spec.entropy_coef is set).
 
     Metrics (token means over valid tokens):
       pg_loss          the aggregated clipped-surrogate term alone
@@ -212,17 +240,13 @@ def policy_loss(
       approx_kl        KL(pi_old || pi) by k3 on the token ratios: >= 0, low variance
       kl, entropy      token means of the KL estimate and the entropy, when given
     """
-    if clip_high is None:
-        clip_high = clip_low
-    if dual_clip is not None and dual_clip <= 1.0:
-        raise ValueError(f"dual_clip must be > 1, got {dual_clip}")
-    if norm_constant is not None and aggregation != "seq_mean_token_sum_norm":
-        raise ValueError(f"norm_constant is only used by 'seq_mean_token_sum_norm', not {aggregation!r}")
-    if kl_coef and ref_logprobs is None:
+    clip_low, dual_clip, norm_constant = spec.clip_low, spec.dual_clip, spec.norm_constant
+    clip_high = clip_low if spec.clip_high is None else spec.clip_high
+    if spec.kl_coef and ref_logprobs is None:
         raise ValueError("kl_coef is set but no ref_logprobs were given")
-    if entropy_coef and entropy is None:
+    if spec.entropy_coef and entropy is None:
         raise ValueError("entropy_coef is set but no entropy was given")
-    aggregate = LOSS_AGGREGATIONS[aggregation]
+    aggregate = LOSS_AGGREGATIONS[spec.aggregation]
 
     dtype = jnp.promote_types(logprobs.dtype, jnp.float32)
     logprobs, old_logprobs = logprobs.astype(dtype), old_logprobs.astype(dtype)
@@ -231,7 +255,7 @@ def policy_loss(
     adv = advantages.astype(dtype)
     adv = jnp.broadcast_to(adv[:, None] if adv.ndim == 1 else adv, logprobs.shape)
 
-    ratio = jnp.exp(importance_log_ratio(logprobs, old_logprobs, valid, ratio_level))
+    ratio = jnp.exp(importance_log_ratio(logprobs, old_logprobs, valid, spec.ratio_level))
     unclipped = ratio * adv
     clipped = jnp.clip(ratio, 1.0 - clip_low, 1.0 + clip_high) * adv
     surrogate = jnp.minimum(unclipped, clipped)
@@ -253,13 +277,13 @@ def policy_loss(
     metrics["pg_loss"] = aggregate(per_token, m, norm_constant)
     if ref_logprobs is not None:
         ref_logprobs = jnp.where(valid, ref_logprobs.astype(dtype), logprobs)  # KL 0 on padding
-        kl = KL_ESTIMATORS[kl_estimator](logprobs, ref_logprobs)
+        kl = KL_ESTIMATORS[spec.kl_estimator](logprobs, ref_logprobs)
         metrics["kl"] = masked_mean(kl, m)
-        per_token = per_token + kl_coef * kl
+        per_token = per_token + spec.kl_coef * kl
     if entropy is not None:
         entropy = entropy.astype(dtype)
         metrics["entropy"] = masked_mean(entropy, m)
-        per_token = per_token - entropy_coef * entropy
+        per_token = per_token - spec.entropy_coef * entropy
     loss = aggregate(per_token, m, norm_constant)
 
     metrics["ratio_mean"] = masked_mean(ratio, m)
@@ -286,11 +310,7 @@ def clipped_policy_loss(
         old_logprobs,
         advantages,
         mask,
-        ratio_level="token",
-        clip_low=clip_eps,
-        clip_high=clip_eps,
-        dual_clip=None,
-        aggregation="token_mean",
+        LossSpec(ratio_level="token", clip_low=clip_eps, clip_high=clip_eps, dual_clip=None, aggregation="token_mean"),
     )
 
 

@@ -6,7 +6,6 @@ Steps are built once per (graph, optimizer, hyper-parameters) and reused across 
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from typing import NamedTuple
 
@@ -17,7 +16,7 @@ from flax import nnx
 
 from spotrl.model import sharding
 from spotrl.model.transformer import forward
-from spotrl.rl.losses import explained_variance, policy_loss, token_entropy, token_logprobs, value_loss
+from spotrl.rl.losses import LossSpec, explained_variance, policy_loss, token_entropy, token_logprobs, value_loss
 
 
 class RLBatch(NamedTuple):
@@ -29,23 +28,6 @@ class RLBatch(NamedTuple):
     old_values: jax.Array | None = None  # [B, N] the critic's values at sampling time (PPO)
     returns: jax.Array | None = None  # [B, N] value targets (PPO)
     behaviour_weights: jax.Array | None = None  # [B, N] truncated importance weights for stale rollouts
-
-
-@dataclasses.dataclass(frozen=True)
-class LossSpec:
-    """The loss template's choices (see losses.policy_loss); hashable, fixed at trace time."""
-
-    ratio_level: str = "token"
-    clip_low: float = 0.2
-    clip_high: float = 0.2
-    dual_clip: float | None = 3.0
-    aggregation: str = "token_mean"
-    norm_constant: float | None = None
-    kl_coef: float = 0.0  # KL penalty in the loss (0 when there is none, or it is in the reward)
-    kl_estimator: str = "k3"
-    entropy_coef: float = 0.0
-    value_coef: float = 0.0  # with a critic
-    value_clip: float | None = None
 
 
 def loss_spec(algorithm, max_new_tokens: int) -> LossSpec:
@@ -134,17 +116,9 @@ def build_rl_step(
             batch.old_logprobs,
             batch.advantages,
             mask,
-            ratio_level=spec.ratio_level,
-            clip_low=spec.clip_low,
-            clip_high=spec.clip_high,
-            dual_clip=spec.dual_clip,
-            aggregation=spec.aggregation,
-            norm_constant=spec.norm_constant,
+            spec,
             ref_logprobs=batch.ref_logprobs if spec.kl_coef else None,
-            kl_coef=spec.kl_coef,
-            kl_estimator=spec.kl_estimator,
             entropy=token_entropy(logits, temperature),  # of the distribution the logprobs are of
-            entropy_coef=spec.entropy_coef,
             behaviour_weights=batch.behaviour_weights,
         )
         if weights is not None:

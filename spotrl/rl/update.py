@@ -88,46 +88,58 @@ def compute_advantages(spec: AdvantageSpec, rewards, mask, old_logprobs=None, re
     )
 
 
+@dataclasses.dataclass(frozen=True)
+class UpdateBatch:
+    """The arrays of one update, row r of each belonging together: what `policy_update` turns into
+    advantages and minibatches. Not rl/batch.py's TrainingBatch (the chosen rollout rows, as a
+    frame) nor train_step's RLBatch (one minibatch's arrays as the jitted step takes them).
+
+    Rows past `real_rows` (default: all rows are real) are padding.
+    """
+
+    prompt_tokens: np.ndarray  # [B, P] left-padded prompts
+    prompt_valid: np.ndarray  # [B, P]
+    tokens: np.ndarray  # [B, N] completions
+    lengths: np.ndarray  # [B] completion lengths
+    old_logprobs: np.ndarray  # [B, N] the logprobs the ratio is taken against
+    rewards: np.ndarray  # [B] one per completion, `group_size` consecutive rows per prompt
+    real_rows: int | None = None
+    ref_logprobs: np.ndarray | None = None  # [B, N] the KL reference policy's
+    old_values: np.ndarray | None = None  # [B, N] the critic's values at sampling time (PPO)
+    behaviour_weights: np.ndarray | None = None  # [B, N] truncated importance weights for stale rollouts
+
+
 def policy_update(
     step_fn,
     state: dict,
-    *,
-    prompt_tokens,
-    prompt_valid,
-    tokens,
-    lengths,
-    old_logprobs,
-    rewards,
+    batch: UpdateBatch,
     spec: AdvantageSpec,
+    *,
     minibatches: int,
     epochs: int,
     rng: np.random.Generator,
-    real_rows: int | None = None,
-    ref_logprobs=None,
-    old_values=None,
-    behaviour_weights=None,
 ):
     """Returns (train state, metrics averaged over the optimizer steps)."""
-    rows = len(rewards)
-    real_rows = rows if real_rows is None else real_rows
-    lengths = np.where(np.arange(rows) < real_rows, lengths, 0)  # padding rows: no valid completion token
-    width = np.asarray(tokens).shape[1]
+    rows = len(batch.rewards)
+    real_rows = rows if batch.real_rows is None else batch.real_rows
+    lengths = np.where(np.arange(rows) < real_rows, batch.lengths, 0)  # padding rows: no valid completion token
+    width = np.asarray(batch.tokens).shape[1]
     mask = sequences.completion_mask(lengths, width)
-    rewards = np.asarray(rewards, np.float32)
+    rewards = np.asarray(batch.rewards, np.float32)
 
     take_real = lambda x: None if x is None else np.asarray(x)[:real_rows]  # noqa: E731
     advantages, returns = compute_advantages(
         spec,
         rewards[:real_rows],
         mask[:real_rows],
-        take_real(old_logprobs),
-        take_real(ref_logprobs),
-        take_real(old_values),
+        take_real(batch.old_logprobs),
+        take_real(batch.ref_logprobs),
+        take_real(batch.old_values),
     )
     advantages = _pad_rows(np.asarray(advantages), rows)
     returns = None if returns is None else _pad_rows(np.asarray(returns), rows)
 
-    all_tokens, all_valid = sequences.join(prompt_tokens, prompt_valid, tokens, lengths)
+    all_tokens, all_valid = sequences.join(batch.prompt_tokens, batch.prompt_valid, batch.tokens, lengths)
     size = rows // minibatches
     history = []
     for _ in range(epochs):
@@ -138,17 +150,17 @@ def policy_update(
             def pick(x, take=take):
                 return None if x is None else np.asarray(x)[take]
 
-            batch = RLBatch(
+            minibatch = RLBatch(
                 all_tokens[take],
                 all_valid[take],
-                pick(old_logprobs),
+                pick(batch.old_logprobs),
                 advantages[take],
-                ref_logprobs=pick(ref_logprobs),
-                old_values=pick(old_values),
+                ref_logprobs=pick(batch.ref_logprobs),
+                old_values=pick(batch.old_values),
                 returns=pick(returns),
-                behaviour_weights=pick(behaviour_weights),
+                behaviour_weights=pick(batch.behaviour_weights),
             )
-            state, metrics = step_fn(state, batch)
+            state, metrics = step_fn(state, minibatch)
             history.append(metrics)
     history = jax.device_get(history)
     summary = {k: float(np.mean([h[k] for h in history])) for k in history[0]}

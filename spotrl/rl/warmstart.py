@@ -17,6 +17,7 @@ from spotrl.evaluation.evaluate import greedy_accuracy
 from spotrl.model import sequences
 from spotrl.rl.train_step import build_sft_step, make_optimizer
 from spotrl.rng import derive_numpy_rng
+from spotrl.rollout.completions import LoadedPolicy
 
 
 def supervised_warm_start(
@@ -45,7 +46,7 @@ def supervised_warm_start(
     for steps, state, loss in training if cfg.max_steps else ():
         if steps % cfg.check_every == 0:
             accuracy = greedy_accuracy(
-                policy.graphdef, state, tokenizer, verifier, check_prompts, check_answers, max_new_tokens
+                LoadedPolicy(policy.graphdef, state, tokenizer), verifier, check_prompts, check_answers, max_new_tokens
             )
             report(steps, {"loss": f"{float(loss):.3f}", "greedy accuracy": f"{accuracy:.1%}"})
             if accuracy >= cfg.target_greedy_accuracy:
@@ -118,7 +119,11 @@ def pretrained_start(
     """
     check_prompts, check_answers = _check_set(derive_numpy_rng(seed, "warmstart"), prompts, answers, cfg.check_prompts)
     accuracy = greedy_accuracy(
-        policy.graphdef, policy.init_state, tokenizer, verifier, check_prompts, check_answers, max_new_tokens
+        LoadedPolicy(policy.graphdef, policy.init_state, tokenizer),
+        verifier,
+        check_prompts,
+        check_answers,
+        max_new_tokens,
     )
     # a copy: the RL step donates its inputs, and the initial state serves as a template later
     return jax.tree.map(jnp.copy, policy.init_state), {"steps": 0, "greedy_accuracy": accuracy}

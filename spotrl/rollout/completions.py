@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -30,10 +31,19 @@ class Completions:
         return int(self.lengths.sum())
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class LoadedPolicy:
+    """A policy's graph, its weights and its tokenizer, ready to sample: what every sampling
+    caller hands on together. Not spotrl/model/policy.py's Policy (a network's static parts and
+    its dict <-> State conversions); compared by identity, never by its arrays."""
+
+    graphdef: Any  # nnx.GraphDef of the network
+    state: Any  # its weights (nnx.State)
+    tokenizer: Any  # encode_batch_left_padded, decode
+
+
 def sample_completions(
-    graphdef,
-    state,
-    tokenizer,
+    policy: LoadedPolicy,
     prompts: list[str],
     group_size: int,
     sampling: SamplingParams,
@@ -45,7 +55,7 @@ def sample_completions(
     prompt_length: int | None = None,
     on_chunk: Callable[[Completions], None] | None = None,
 ) -> Completions:
-    """group_size samples of every prompt, in chunks of at most max_chunk_rows rows.
+    """group_size samples of every prompt by `policy`, in chunks of at most max_chunk_rows rows.
 
     shared_prefill (default: on whenever group_size > 1) prefills each prompt once and reuses its
     KV cache for all samples of its group (`generate_groups`); off, every prompt is repeated
@@ -61,6 +71,7 @@ def sample_completions(
     `on_chunk`, if given, is called with each chunk's completions as soon as they are sampled, in
     order (a caller scores or reports while the next chunk samples).
     """
+    graphdef, state, tokenizer = policy.graphdef, policy.state, policy.tokenizer
     if shared_prefill is None:
         shared_prefill = group_size > 1
     rows = [p for p in prompts for _ in range(group_size)]

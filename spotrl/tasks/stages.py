@@ -28,7 +28,7 @@ from spotrl.rl.iteration_update import checkpoint_metadata, initial_metadata, st
 from spotrl.rl.shaping import reward_summary, shaped_rewards
 from spotrl.rng import derive_key, rollout_key
 from spotrl.rollout import shards
-from spotrl.rollout.completions import round_frame, sample_completions, shard_number
+from spotrl.rollout.completions import LoadedPolicy, round_frame, sample_completions, shard_number
 from spotrl.storage.failures import is_environment_failure
 from spotrl.storage.lease import worker_id
 from spotrl.storage.rollouts import read_shard, write_shard
@@ -106,9 +106,7 @@ def difficulty(config: RunConfig, run_dir: str, iteration: int, weights_version:
     ctx = get_context(run_dir, config)
     r = config.rollout  # batches of a rollout shard's size: the sampler compiled for rollouts serves
     sampler = difficulty_sampler(
-        ctx.policy.graphdef,
-        lambda: ctx.pull(weights_version),
-        ctx.tokenizer,
+        lambda: LoadedPolicy(ctx.policy.graphdef, ctx.pull(weights_version), ctx.tokenizer),
         ctx.problem_spec.verifier,
         ctx.sampling(r.temperature),
         derive_key(config.seed, "difficulty", weights_version),
@@ -166,9 +164,7 @@ def rollout(
     prompts = train.select([plan["rows"][i] for i in positions])
     started = time.perf_counter()
     completions = sample_completions(
-        ctx.policy.graphdef,
-        ctx.pull(weights["version"]),
-        ctx.tokenizer,
+        LoadedPolicy(ctx.policy.graphdef, ctx.pull(weights["version"]), ctx.tokenizer),
         prompts["prompt"],
         r.group_size,
         ctx.sampling(r.temperature),
@@ -305,9 +301,7 @@ def evaluate(config: RunConfig, run_dir: str, weights: dict, iteration: int) -> 
     # off a terminal only the result's line (the flow says it): a bar's lines would flood CI logs
     with runlog.Progress(f"eval i{iteration}", total=len(held_out) * e.n, unit="sample", plain=False) as progress:
         result = evaluate_pass_at_k(
-            ctx.policy.graphdef,
-            ctx.pull(weights["version"]),
-            ctx.tokenizer,
+            LoadedPolicy(ctx.policy.graphdef, ctx.pull(weights["version"]), ctx.tokenizer),
             ctx.problem_spec.verifier,
             held_out["prompt"],
             held_out["answer"],

@@ -8,7 +8,7 @@ from sampling_fixtures import DigitTokenizer
 from spotrl.config import ModelConfig
 from spotrl.evaluation.evaluate import evaluate_pass_at_k
 from spotrl.model.transformer import Transformer
-from spotrl.rollout.completions import sample_completions
+from spotrl.rollout.completions import LoadedPolicy, sample_completions
 from spotrl.rollout.sampler import SamplingParams
 
 
@@ -19,7 +19,7 @@ def test_pass_at_k_and_its_running_report_match_a_count_by_hand():
     prompts, n = ["12", "3456", "7", "89", "0", "31"], 4
     params = SamplingParams(max_new_tokens=3, stop_token=1, temperature=1.0)
     key = jax.random.key(7)
-    sampled = sample_completions(graphdef, state, DigitTokenizer(), prompts, n, params, key)
+    sampled = sample_completions(LoadedPolicy(graphdef, state, DigitTokenizer()), prompts, n, params, key)
     # the answer of prompt i is the reversed text of one of its samples when that one stopped: i % n
     # samples right at least, the others by chance only
     answers = [sampled.texts[i * n + i % n][::-1] for i in range(len(prompts))]
@@ -31,9 +31,7 @@ def test_pass_at_k_and_its_running_report_match_a_count_by_hand():
     ).sum(axis=1)
     reports = []
     result = evaluate_pass_at_k(
-        graphdef,
-        state,
-        DigitTokenizer(),
+        LoadedPolicy(graphdef, state, DigitTokenizer()),
         "arithmetic",
         prompts,
         answers,

@@ -209,7 +209,7 @@ import json, sys, tempfile
 from pathlib import Path
 import jax, jax.numpy as jnp, numpy as np
 from spotrl.configs import build_config
-from spotrl.rollout.completions import sample_completions
+from spotrl.rollout.completions import LoadedPolicy, sample_completions
 from spotrl.rl.train_step import RLBatch, build_rl_step, loss_spec
 from spotrl.model.sequences import join
 from spotrl.tasks.context import RunContext
@@ -226,8 +226,8 @@ for name, mesh in (("one", []), ("mesh", ["model.mesh.fsdp=2", "model.mesh.tp=4"
     ctx.weights.publish(0, ctx.policy.to_pure(state["params"]))
     pulled = ctx.pull(0)
     q = lambda s: s["layers"][0]["self_attn"]["q_proj"]["kernel"]
-    done = sample_completions(ctx.policy.graphdef, pulled, ctx.tokenizer, prompts, 4, ctx.sampling(1.0),
-                              jax.random.key(0))
+    done = sample_completions(LoadedPolicy(ctx.policy.graphdef, pulled, ctx.tokenizer), prompts, 4,
+                              ctx.sampling(1.0), jax.random.key(0))
     tokens, valid = join(done.prompt_tokens, done.prompt_valid, done.tokens, done.lengths)
     batch = RLBatch(jnp.asarray(tokens), jnp.asarray(valid), jnp.asarray(done.logprobs),
                     jnp.asarray(np.linspace(-1, 1, len(tokens)), jnp.float32))

@@ -81,7 +81,8 @@ _SCRIPT = textwrap.dedent("""
     from spotrl.model import sharding
     from spotrl.config import ModelConfig
     from spotrl.model.policy import Policy
-    from spotrl.rl.train_step import LossSpec, RLBatch, build_rl_step
+    from spotrl.rl.losses import LossSpec
+    from spotrl.rl.train_step import RLBatch, build_rl_step
 
     assert jax.device_count() == 8, jax.devices()
     policy = Policy(ModelConfig(hidden_size=32, intermediate_size=64, num_layers=1), init_seed=0)

@@ -96,6 +96,7 @@ def test_empty_mask_gives_zero_loss_not_nan():
 from spotrl.rl.losses import (  # noqa: E402
     KL_ESTIMATORS,
     LOSS_AGGREGATIONS,
+    LossSpec,
     explained_variance,
     policy_loss,
     value_loss,
@@ -106,23 +107,23 @@ def test_clip_higher_token_ratio_by_hand():
     # ratios 1.25, 1.35, .75, .85; clip range [1 - .2, 1 + .3] = [.8, 1.3]
     logp = jnp.log(jnp.array([[1.25, 1.35, 0.75, 0.85]]))
     old, mask = jnp.zeros((1, 4)), jnp.ones((1, 4))
-    kw = dict(clip_low=0.2, clip_high=0.3)
+    spec = LossSpec(clip_low=0.2, clip_high=0.3)
     # A=+1: 1.25, min(1.35, 1.3)=1.3 (high clip), min(.75, .8)=.75, .85 -> sum 4.15
-    loss, m = policy_loss(logp, old, jnp.array([1.0]), mask, **kw)
+    loss, m = policy_loss(logp, old, jnp.array([1.0]), mask, spec)
     np.testing.assert_allclose(loss, -4.15 / 4, rtol=1e-6)
     np.testing.assert_allclose([m["clip_frac_low"], m["clip_frac_high"], m["clip_frac"]], [0, 0.25, 0.25], atol=1e-7)
     # A=-1: -1.25, min(-1.35, -1.3)=-1.35, min(-.75, -.8)=-.8 (low clip), -.85 -> sum -4.25
-    loss, m = policy_loss(logp, old, jnp.array([-1.0]), mask, **kw)
+    loss, m = policy_loss(logp, old, jnp.array([-1.0]), mask, spec)
     np.testing.assert_allclose(loss, 4.25 / 4, rtol=1e-6)
     np.testing.assert_allclose([m["clip_frac_low"], m["clip_frac_high"]], [0.25, 0], atol=1e-7)
     np.testing.assert_allclose(m["pg_loss"], loss, rtol=1e-6)
     np.testing.assert_allclose(m["ratio_mean"], (1.25 + 1.35 + 0.75 + 0.85) / 4, rtol=1e-6)
     # per-token advantages [+1, -1, +1, -1]: 1.25 - 1.35 + .75 - .85 = -.2, nothing clipped
-    loss, m = policy_loss(logp, old, jnp.array([[1.0, -1.0, 1.0, -1.0]]), mask, **kw)
+    loss, m = policy_loss(logp, old, jnp.array([[1.0, -1.0, 1.0, -1.0]]), mask, spec)
     np.testing.assert_allclose(loss, 0.2 / 4, rtol=1e-5)
     assert float(m["clip_frac"]) == 0.0
     # clip_high=None is the symmetric clip [.8, 1.2]: 1.2 + 1.2 + .75 + .85 = 4.0
-    loss, m = policy_loss(logp, old, jnp.array([1.0]), mask, clip_low=0.2)
+    loss, m = policy_loss(logp, old, jnp.array([1.0]), mask, LossSpec(clip_low=0.2, clip_high=None))
     np.testing.assert_allclose(loss, -1.0, rtol=1e-6)
     np.testing.assert_allclose(m["clip_frac_high"], 0.5, rtol=1e-6)
 
@@ -132,7 +133,7 @@ def test_dual_clip_by_hand():
     logp = jnp.log(jnp.array([[4.0, 2.0, 0.5]]))
     old, mask = jnp.zeros((1, 3)), jnp.ones((1, 3))
     # A=-1: max(min(-4, -1.2), -3) = -3 (dual);  min(-2, -1.2) = -2;  min(-.5, -.8) = -.8 (low clip)
-    loss_fn = lambda lp, a: policy_loss(lp, old, a, mask, clip_low=0.2, dual_clip=3.0)  # noqa: E731
+    loss_fn = lambda lp, a: policy_loss(lp, old, a, mask, LossSpec(clip_low=0.2, dual_clip=3.0))  # noqa: E731
     loss, m = loss_fn(logp, jnp.array([-1.0]))
     np.testing.assert_allclose(loss, 5.8 / 3, rtol=1e-6)
     np.testing.assert_allclose(
@@ -146,7 +147,7 @@ def test_dual_clip_by_hand():
     np.testing.assert_allclose(loss, -2.9 / 3, rtol=1e-6)
     np.testing.assert_allclose([m["dual_clip_frac"], m["clip_frac_high"]], [0, 2 / 3], atol=1e-7)
     with pytest.raises(ValueError, match="dual_clip"):
-        policy_loss(logp, old, jnp.array([1.0]), mask, dual_clip=1.0)
+        policy_loss(logp, old, jnp.array([1.0]), mask, LossSpec(dual_clip=1.0))
 
 
 def _gspo_case():
@@ -160,16 +161,24 @@ def _gspo_case():
 def test_sequence_ratio_gspo_by_hand():
     logp, old, adv, mask = _gspo_case()
     # clip .2: row 0 min(1.414, 1.2) = 1.2 (high clip); row 1 min(-.9048, -.9048) = -.9048374
-    loss, m = policy_loss(logp, old, adv, mask, ratio_level="sequence", clip_low=0.2, aggregation="seq_mean_token_mean")
+    loss, m = policy_loss(
+        logp, old, adv, mask, LossSpec(ratio_level="sequence", clip_low=0.2, aggregation="seq_mean_token_mean")
+    )
     np.testing.assert_allclose(loss, (-1.2 + 0.9048374) / 2, rtol=1e-6)
     # token_mean weighs row 0 by its 2 tokens and row 1 by its 3: (-2.4 + 3 * .9048374) / 5
-    loss, m = policy_loss(logp, old, adv, mask, ratio_level="sequence", clip_low=0.2)
+    loss, m = policy_loss(logp, old, adv, mask, LossSpec(ratio_level="sequence", clip_low=0.2))
     np.testing.assert_allclose(loss, (-2.4 + 3 * 0.9048374) / 5, rtol=1e-6)
     np.testing.assert_allclose([m["clip_frac_high"], m["clip_frac_low"]], [0.4, 0.0], atol=1e-7)
     np.testing.assert_allclose(m["ratio_mean"], (2 * 1.4142136 + 3 * 0.9048374) / 5, rtol=1e-6)
     assert np.isfinite(float(m["approx_kl"]))  # the padding's log ratio 50 never reaches exp
     # a wider clip leaves row 0 free: -(1.4142136 - .9048374) / 2
-    loss, _ = policy_loss(logp, old, adv, mask, ratio_level="sequence", clip_low=0.5, aggregation="seq_mean_token_mean")
+    loss, _ = policy_loss(
+        logp,
+        old,
+        adv,
+        mask,
+        LossSpec(ratio_level="sequence", clip_low=0.5, clip_high=None, aggregation="seq_mean_token_mean"),
+    )
     np.testing.assert_allclose(loss, -(1.4142136 - 0.9048374) / 2, rtol=1e-6)
 
 
@@ -178,7 +187,11 @@ def test_sequence_ratio_gradient_is_gspo():
     logp, old, adv, mask = _gspo_case()
     g = jax.grad(
         lambda lp: policy_loss(
-            lp, old, adv, mask, ratio_level="sequence", clip_low=0.5, aggregation="seq_mean_token_mean"
+            lp,
+            old,
+            adv,
+            mask,
+            LossSpec(ratio_level="sequence", clip_low=0.5, clip_high=None, aggregation="seq_mean_token_mean"),
         )[0]
     )(logp)
     s0, s1 = 1.4142136, 0.9048374
@@ -193,7 +206,7 @@ def test_aggregations_by_hand():
     lp = jnp.zeros((3, 4))
 
     def loss(aggregation, **kw):
-        return float(policy_loss(lp, lp, adv, mask, aggregation=aggregation, **kw)[0])
+        return float(policy_loss(lp, lp, adv, mask, LossSpec(aggregation=aggregation, **kw))[0])
 
     np.testing.assert_allclose(loss("token_mean"), -(1 + 2 + 3 + 4) / 4, rtol=1e-6)
     np.testing.assert_allclose(loss("seq_mean_token_mean"), -(2 + 4) / 2, rtol=1e-6)  # row means 2, 4
@@ -207,7 +220,7 @@ def test_aggregations_by_hand():
     with pytest.raises(ValueError, match="loss aggregation"):
         loss("sum_everything")
     with pytest.raises(ValueError, match="ratio_level"):
-        policy_loss(lp, lp, adv, mask, ratio_level="segment")
+        policy_loss(lp, lp, adv, mask, LossSpec(ratio_level="segment"))
 
 
 def test_kl_estimators_by_hand():
@@ -240,7 +253,7 @@ def test_log_ratio_is_clamped_to_20_before_exp():
     logp = jnp.array([[100.0, -100.0, 0.0]])
     old, mask = jnp.zeros((1, 3)), jnp.ones((1, 3))
     # A = -1, no dual clip: min(-e^20, -1.2) = -e^20;  min(-e^-20, -.8) = -.8;  -1 -> loss (e^20 + 1.8) / 3
-    loss, m = policy_loss(logp, old, jnp.array([-1.0]), mask, dual_clip=None)
+    loss, m = policy_loss(logp, old, jnp.array([-1.0]), mask, LossSpec(dual_clip=None))
     np.testing.assert_allclose(loss, (np.exp(20.0) + 1.8) / 3, rtol=1e-6)
     np.testing.assert_allclose(m["ratio_mean"], (np.exp(20.0) + np.exp(-20.0) + 1) / 3, rtol=1e-6)
     # approx_kl is k3 with d = old - logp = -100, 100, 0 -> clamped to 10, 10, 0
@@ -254,8 +267,7 @@ def test_log_ratio_is_clamped_to_20_before_exp():
         jnp.zeros((1, 2)),
         jnp.array([1.0]),
         jnp.ones((1, 2)),
-        ratio_level="sequence",
-        dual_clip=None,
+        LossSpec(ratio_level="sequence", dual_clip=None),
     )
     np.testing.assert_allclose([loss, m["ratio_mean"]], [-1.2, np.exp(20.0)], rtol=1e-6)
     for x in jax.tree.leaves((loss, m)):
@@ -264,12 +276,14 @@ def test_log_ratio_is_clamped_to_20_before_exp():
 
 def test_dual_clip_is_on_by_default_with_c_3():
     from spotrl.config import AlgorithmConfig
-    from spotrl.rl.train_step import LossSpec, loss_spec
+    from spotrl.rl.train_step import loss_spec
 
     # ratio 4 with A = -1: min(-4, -1.2) = -4, dual clip max(-4, -3) = -3 -> loss 3; off: 4
     logp, old, mask = jnp.log(jnp.array([[4.0]])), jnp.zeros((1, 1)), jnp.ones((1, 1))
     np.testing.assert_allclose(policy_loss(logp, old, jnp.array([-1.0]), mask)[0], 3.0, rtol=1e-6)
-    np.testing.assert_allclose(policy_loss(logp, old, jnp.array([-1.0]), mask, dual_clip=None)[0], 4.0, rtol=1e-6)
+    np.testing.assert_allclose(
+        policy_loss(logp, old, jnp.array([-1.0]), mask, LossSpec(dual_clip=None))[0], 4.0, rtol=1e-6
+    )
     assert AlgorithmConfig().dual_clip == 3.0 and LossSpec().dual_clip == 3.0
     assert loss_spec(AlgorithmConfig(), 8).dual_clip == 3.0
     assert loss_spec(AlgorithmConfig(dual_clip=None), 8).dual_clip is None
@@ -305,27 +319,36 @@ def test_kl_penalty_in_the_loss():
     ref = jnp.array([[-1.5, -1.0, 100.0]])
     mask = jnp.array([[1, 1, 0]])
     for estimator, mean_kl in [("k1", -0.25), ("k2", 0.3125), ("k3", 0.41240625)]:
-        loss, m = policy_loss(logp, logp, jnp.zeros(1), mask, ref_logprobs=ref, kl_coef=0.1, kl_estimator=estimator)
+        loss, m = policy_loss(
+            logp, logp, jnp.zeros(1), mask, LossSpec(kl_coef=0.1, kl_estimator=estimator), ref_logprobs=ref
+        )
         np.testing.assert_allclose(loss, 0.1 * mean_kl, rtol=1e-5)
         np.testing.assert_allclose(m["kl"], mean_kl, rtol=1e-5)
         assert float(m["pg_loss"]) == 0.0
     g = jax.grad(
         lambda lp: policy_loss(
-            lp, jax.lax.stop_gradient(logp), jnp.zeros(1), mask, ref_logprobs=ref, kl_coef=0.1, kl_estimator="k1"
+            lp,
+            jax.lax.stop_gradient(logp),
+            jnp.zeros(1),
+            mask,
+            LossSpec(kl_coef=0.1, kl_estimator="k1"),
+            ref_logprobs=ref,
         )[0]
     )(logp)
     np.testing.assert_allclose(g, [[0.05, 0.05, 0.0]], rtol=1e-5)  # d(.1 * mean k1)/d logp = .1 / 2
     with pytest.raises(ValueError, match="ref_logprobs"):
-        policy_loss(logp, logp, jnp.zeros(1), mask, kl_coef=0.1)
+        policy_loss(logp, logp, jnp.zeros(1), mask, LossSpec(kl_coef=0.1))
 
 
 def test_entropy_bonus():
     lp, mask = jnp.zeros((1, 3)), jnp.array([[1, 1, 0]])
-    loss, m = policy_loss(lp, lp, jnp.zeros(1), mask, entropy=jnp.array([[1.0, 3.0, 50.0]]), entropy_coef=0.01)
+    loss, m = policy_loss(
+        lp, lp, jnp.zeros(1), mask, LossSpec(entropy_coef=0.01), entropy=jnp.array([[1.0, 3.0, 50.0]])
+    )
     np.testing.assert_allclose(loss, -0.01 * 2.0, rtol=1e-6)  # mean entropy over valid tokens = 2
     np.testing.assert_allclose(m["entropy"], 2.0, rtol=1e-6)
     with pytest.raises(ValueError, match="entropy"):
-        policy_loss(lp, lp, jnp.zeros(1), mask, entropy_coef=0.01)
+        policy_loss(lp, lp, jnp.zeros(1), mask, LossSpec(entropy_coef=0.01))
 
 
 def test_approx_kl_is_k3_against_the_behaviour_policy():
@@ -336,9 +359,9 @@ def test_approx_kl_is_k3_against_the_behaviour_policy():
 
 def test_policy_loss_jits():
     logp, old, adv, mask = _gspo_case()
-    kw = dict(ratio_level="sequence", clip_low=0.2, clip_high=0.28, aggregation="seq_mean_token_sum_norm")
-    eager = policy_loss(logp, old, adv, mask, **kw)
-    jitted = jax.jit(lambda *a: policy_loss(*a, **kw))(logp, old, adv, mask)
+    spec = LossSpec(ratio_level="sequence", clip_low=0.2, clip_high=0.28, aggregation="seq_mean_token_sum_norm")
+    eager = policy_loss(logp, old, adv, mask, spec)
+    jitted = jax.jit(lambda *a: policy_loss(*a, spec))(logp, old, adv, mask)
     np.testing.assert_allclose(eager[0], jitted[0], rtol=1e-6)
     assert set(eager[1]) == set(jitted[1])
 
@@ -361,16 +384,18 @@ def test_policy_loss_gradient_matches_finite_differences(ratio_level):
                 old,
                 adv,
                 mask,
-                ratio_level=ratio_level,
-                clip_low=0.2,
-                clip_high=0.28,
-                dual_clip=3.0,
-                aggregation="seq_mean_token_mean",
+                LossSpec(
+                    ratio_level=ratio_level,
+                    clip_low=0.2,
+                    clip_high=0.28,
+                    dual_clip=3.0,
+                    aggregation="seq_mean_token_mean",
+                    kl_coef=0.1,
+                    kl_estimator="k3",
+                    entropy_coef=0.01,
+                ),
                 ref_logprobs=ref,
-                kl_coef=0.1,
-                kl_estimator="k3",
                 entropy=entropy,
-                entropy_coef=0.01,
             )[0]
 
         grad = np.asarray(jax.grad(f)(logp0))
@@ -430,15 +455,14 @@ def test_garbage_on_padding_never_leaks_into_the_loss():
                 old,
                 adv,
                 mask,
-                ratio_level=ratio_level,
-                aggregation=aggregation,
+                LossSpec(ratio_level=ratio_level, aggregation=aggregation, kl_coef=0.1, entropy_coef=0.01),
                 ref_logprobs=old,
-                kl_coef=0.1,
                 entropy=entropy,
-                entropy_coef=0.01,
             )
             assert all(np.isfinite(float(v)) for v in [loss, *m.values()]), (aggregation, ratio_level, m)
             g = jax.grad(
-                lambda lp: policy_loss(lp, old, adv, mask, ratio_level=ratio_level, aggregation=aggregation)[0]
+                lambda lp: policy_loss(lp, old, adv, mask, LossSpec(ratio_level=ratio_level, aggregation=aggregation))[
+                    0
+                ]
             )(logp)
             assert np.isfinite(np.asarray(g)).all() and float(g[0, 1]) == 0.0

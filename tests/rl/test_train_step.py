@@ -9,8 +9,8 @@ from flax import nnx
 
 from spotrl.config import ModelConfig
 from spotrl.model.policy import Policy
-from spotrl.rl.losses import policy_loss
-from spotrl.rl.train_step import LossSpec, RLBatch, build_rl_step, completion_logprobs, make_optimizer
+from spotrl.rl.losses import LossSpec, policy_loss
+from spotrl.rl.train_step import RLBatch, build_rl_step, completion_logprobs, make_optimizer
 
 CFG = ModelConfig(hidden_size=32, intermediate_size=64, num_layers=1)
 PROMPT, NEW = 5, 4
@@ -54,9 +54,8 @@ def _reference(policy, spec):
             b.old_logprobs,
             b.advantages,
             b.valid[:, -NEW:],
-            aggregation=spec.aggregation,
+            LossSpec(aggregation=spec.aggregation, entropy_coef=spec.entropy_coef),
             entropy=entropy,
-            entropy_coef=spec.entropy_coef,
         )
 
     return jax.jit(jax.value_and_grad(loss, has_aux=True))

@@ -6,8 +6,9 @@ from flax import nnx
 from spotrl.config import ModelConfig
 from spotrl.model.policy import Policy
 from spotrl.model.sequences import completion_mask, join
-from spotrl.rl.train_step import LossSpec, build_rl_step, completion_logprobs, make_optimizer
-from spotrl.rl.update import AdvantageSpec, compute_advantages, policy_update
+from spotrl.rl.losses import LossSpec
+from spotrl.rl.train_step import build_rl_step, completion_logprobs, make_optimizer
+from spotrl.rl.update import AdvantageSpec, UpdateBatch, compute_advantages, policy_update
 
 
 def test_update_raises_rewarded_and_lowers_penalised_completions():
@@ -33,13 +34,15 @@ def test_update_raises_rewarded_and_lowers_penalised_completions():
     train_state, metrics = policy_update(
         step,
         {"params": state, "opt_state": tx.init(state)},
-        prompt_tokens=prompt,
-        prompt_valid=prompt_valid,
-        tokens=tokens,
-        lengths=lengths,
-        old_logprobs=behaviour,
-        rewards=rewards,
-        spec=AdvantageSpec("grpo", group_size=4),
+        UpdateBatch(
+            prompt_tokens=prompt,
+            prompt_valid=prompt_valid,
+            tokens=tokens,
+            lengths=lengths,
+            old_logprobs=behaviour,
+            rewards=rewards,
+        ),
+        AdvantageSpec("grpo", group_size=4),
         minibatches=1,
         epochs=1,
         rng=np.random.default_rng(0),

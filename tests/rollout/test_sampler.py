@@ -9,7 +9,7 @@ from spotrl.config import ModelConfig
 from spotrl.model.compiles import CompileCounter, compile_count
 from spotrl.model.transformer import Transformer, forward
 from spotrl.rl.losses import token_logprobs
-from spotrl.rollout.completions import sample_completions
+from spotrl.rollout.completions import LoadedPolicy, sample_completions
 from spotrl.rollout.sampler import SamplingParams, filter_logits, generate, generate_groups, jit_cache_sizes
 
 STOP = 1
@@ -204,9 +204,7 @@ def test_sample_completions_shared_prefill_equals_repeated_path(max_chunk_rows):
 
     def run(shared):
         return sample_completions(
-            graphdef,
-            state,
-            DigitTokenizer(),
+            LoadedPolicy(graphdef, state, DigitTokenizer()),
             prompts,
             g,
             params,
@@ -225,7 +223,12 @@ def test_sample_completions_shared_prefill_equals_repeated_path(max_chunk_rows):
     assert shared.texts == plain.texts
     # the default is the shared path
     default = sample_completions(
-        graphdef, state, DigitTokenizer(), prompts, g, params, jax.random.key(4), max_chunk_rows=max_chunk_rows
+        LoadedPolicy(graphdef, state, DigitTokenizer()),
+        prompts,
+        g,
+        params,
+        jax.random.key(4),
+        max_chunk_rows=max_chunk_rows,
     )
     np.testing.assert_array_equal(default.tokens, shared.tokens)
 
@@ -241,9 +244,7 @@ def test_a_sample_is_the_same_in_any_shard_of_the_same_shape():
 
     def sample(ids):
         out = sample_completions(
-            graphdef,
-            state,
-            DigitTokenizer(),
+            LoadedPolicy(graphdef, state, DigitTokenizer()),
             [prompts[i] for i in ids],
             g,
             params,
@@ -285,7 +286,7 @@ def test_on_chunk_sees_every_chunk_in_order_and_changes_nothing():
     params = SamplingParams(max_new_tokens=5, stop_token=STOP, temperature=1.0)
     chunks = []
     run = lambda **kw: sample_completions(  # noqa: E731
-        graphdef, state, DigitTokenizer(), prompts, g, params, jax.random.key(4), max_chunk_rows=4, **kw
+        LoadedPolicy(graphdef, state, DigitTokenizer()), prompts, g, params, jax.random.key(4), max_chunk_rows=4, **kw
     )
     seen, plain = run(on_chunk=chunks.append), run()
     assert [len(c.texts) for c in chunks] == [4, 4, 2]

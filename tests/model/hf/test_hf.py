@@ -426,7 +426,8 @@ def test_estimate_memory_hand_computed():
 def test_rl_steps_from_a_checkpoint(checkpoints):
     """A short GRPO-style run from a loaded checkpoint: the on-policy importance ratio is 1 (sampler and
     trainer agree on the loaded weights) and the reward (share of completion tokens below VOCAB/2) rises."""
-    from spotrl.rl.train_step import LossSpec, RLBatch, build_rl_step, make_optimizer
+    from spotrl.rl.losses import LossSpec
+    from spotrl.rl.train_step import RLBatch, build_rl_step, make_optimizer
 
     path, _ = checkpoints["qwen2_untied"]
     _, graphdef, state = load_checkpoint(str(path))
