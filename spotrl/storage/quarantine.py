@@ -7,10 +7,10 @@ damaged copy stays inspectable.
 
 from __future__ import annotations
 
-import json
 import time
 
-from spotrl.storage.paths import AnyPath, append_line, as_path, move
+from spotrl.storage.paths import AnyPath, as_path, move
+from spotrl.storage.records import append_record, read_jsonl
 
 QUARANTINE = "quarantine"
 
@@ -32,10 +32,10 @@ def quarantine(run_dir: AnyPath, path: AnyPath, reason: str) -> AnyPath:
         "reason": reason,
         "unix_time": time.time(),
     }
-    append_line(run_dir / QUARANTINE / "log.jsonl", json.dumps(record))
+    append_record(run_dir / QUARANTINE / "log.jsonl", record)
     return dest
 
 
 def quarantine_log(run_dir: AnyPath) -> list[dict]:
     path = as_path(run_dir) / QUARANTINE / "log.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    return read_jsonl(path) if path.exists() else []

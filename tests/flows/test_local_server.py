@@ -11,7 +11,7 @@ import sqlite3
 import subprocess
 import sys
 
-from conftest import TINY_OVERRIDES
+from support import TINY_OVERRIDES
 
 from spotrl.chaos import train_command
 

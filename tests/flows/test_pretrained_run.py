@@ -16,8 +16,8 @@ from flax import nnx
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from conftest import TINY_OVERRIDES  # noqa: E402
 from hf_fixtures import randomize, torch_logits, write_qwen_tokenizer  # noqa: E402
+from support import TINY_OVERRIDES  # noqa: E402
 
 from spotrl.cli.main import main as cli_main  # noqa: E402
 from spotrl.config import ConfigError, RunConfig  # noqa: E402

@@ -7,9 +7,10 @@ threads next to JAX's in pytest's long-lived process are what we do not want to 
 
 import os
 
-from conftest import LEARNING_OVERRIDES
+from support import LEARNING_OVERRIDES
 
-from spotrl.chaos import Kill, read_jsonl, run_attempt, strip_timing
+from spotrl.chaos import Kill, run_attempt, strip_timing
+from spotrl.storage.records import read_jsonl
 from spotrl.storage.weights import WeightStore
 
 

@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import TINY_OVERRIDES, make_bucket
+from support import TINY_OVERRIDES, make_bucket
 
 from spotrl.chaos import strip_timing
 from spotrl.cli.main import main as cli_main

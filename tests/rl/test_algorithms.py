@@ -9,7 +9,7 @@ every iteration), so improvement shows in a few iterations instead of hundreds.
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import LEARNING_OVERRIDES
+from support import LEARNING_OVERRIDES
 
 from spotrl.chaos import read_jsonl
 from spotrl.config import ALGORITHMS
