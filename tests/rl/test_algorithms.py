@@ -11,12 +11,12 @@ import pandas as pd
 import pytest
 from support import LEARNING_OVERRIDES
 
-from spotrl.chaos import read_jsonl
 from spotrl.config import ALGORITHMS
 from spotrl.configs import build_config
 from spotrl.flows import rundir
 from spotrl.flows.resume import seed_from_warm_start
 from spotrl.rl.batch import training_batch
+from spotrl.storage.records import read_jsonl
 
 ITERATIONS = 14
 
