@@ -21,6 +21,8 @@ from spotrl.storage.failures import EXIT_ENVIRONMENT
 from spotrl.storage.records import read_jsonl
 from spotrl.storage.weights import WeightStore
 
+pytestmark = pytest.mark.slow  # end to end: kills and resumes of whole runs
+
 ITERATIONS = 8
 OVERRIDES = [o for o in TINY_OVERRIDES if not o.startswith("iterations=")] + [
     f"iterations={ITERATIONS}",

@@ -20,6 +20,8 @@ from spotrl.storage.records import read_jsonl
 from spotrl.storage.weights import WeightStore
 from spotrl.tasks.context import get_context
 
+pytestmark = pytest.mark.slow  # end to end: whole runs, damaged and resumed
+
 ITERATIONS = 4
 
 

@@ -17,6 +17,8 @@ from spotrl.storage.records import read_jsonl
 from spotrl.storage.rollouts import find_shard
 from spotrl.storage.weights import WeightStore
 
+pytestmark = pytest.mark.slow  # end to end: whole rft runs, killed and resumed
+
 # the smoke preset on one-digit sums, with a warm start long enough that some samples verify
 OVERRIDES = [o for o in TINY_OVERRIDES if not o.startswith("iterations=")] + [
     "iterations=3",

@@ -49,6 +49,7 @@ def _train(config, run_dir: str):
     return train(config=config, run_dir=run_dir)
 
 
+@pytest.mark.slow
 def test_training_on_gcs_writes_nothing_locally_resumes_and_matches_local(
     prefect_harness, moving_config, bucket, gcs, tmp_path, monkeypatch
 ):
