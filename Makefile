@@ -25,9 +25,9 @@ PYTEST_ARGS ?= -n 2 --dist loadfile
 test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-# the edit loop: everything but the end-to-end tests (marker `slow`: whole flows, chaos, resume,
-# anything that starts a Prefect server or runs `train` end to end); under 3 minutes on two cores.
-# `make test` (and CI) still runs them all
+# the edit loop: everything but the tests marked `slow` (end to end: whole flows, chaos, resume,
+# anything that starts a Prefect server or runs `train`; and the compile-heavy checks), in under
+# 3 minutes on two cores. `make test` (and CI) still runs them all
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS) -m "not slow"
 
