@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup train test lint clean
+.PHONY: setup train test test-fast lint clean
 
 setup: $(STAMP)
 
@@ -24,6 +24,12 @@ PYTEST_ARGS ?= -n 2 --dist loadfile
 
 test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# the edit loop: everything but the tests marked `slow` (end to end: whole flows, chaos, resume,
+# anything that starts a Prefect server or runs `train`; and the compile-heavy checks), in under
+# 3 minutes on two cores. `make test` (and CI) still runs them all
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest $(PYTEST_ARGS) -m "not slow"
 
 # style and layering: ruff (lint + format) and import-linter's contracts (pyproject.toml)
 lint: $(STAMP)

@@ -28,8 +28,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from spotrl.algorithm_presets import ALGORITHMS  # noqa: E402
-from spotrl.chaos import read_jsonl, run_attempt, train_command  # noqa: E402
+from spotrl.chaos import run_attempt, train_command  # noqa: E402
 from spotrl.flows.preemption import EXIT_PREEMPTED  # noqa: E402
+from spotrl.flows.testing import harness_server, isolate_prefect  # noqa: E402
+from spotrl.storage.records import read_jsonl  # noqa: E402
 
 
 def _train_for(run_dir: Path, overrides: list[str], warm_dir: Path, budget: float, env: dict) -> dict:
@@ -80,19 +82,9 @@ def main() -> None:
     args = parser.parse_args()
 
     home = Path(tempfile.mkdtemp(prefix="spotrl-bench-algorithms-"))
-    env = {
-        **os.environ,
-        "PREFECT_HOME": str(home / "prefect"),
-        "PREFECT_LOGGING_LEVEL": "WARNING",
-        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-    }
-    from prefect.testing.utilities import prefect_test_harness
-
-    os.environ.update(PREFECT_HOME=env["PREFECT_HOME"], PREFECT_SERVER_ANALYTICS_ENABLED="false")
-    with prefect_test_harness(server_startup_timeout=120):
-        from prefect.settings import PREFECT_API_URL
-
-        env["PREFECT_API_URL"] = PREFECT_API_URL.value()
+    isolate_prefect(home / "prefect")
+    with harness_server() as api_url:
+        env = {**os.environ, "PREFECT_API_URL": api_url}
         warm_dir = home / "warm"
         warm = run_attempt(warm_dir, args.overrides + ["iterations=0"], env=env)
         assert warm.returncode == 0, warm.output

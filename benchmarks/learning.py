@@ -40,8 +40,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from spotrl.chaos import read_jsonl, run_attempt, train_command  # noqa: E402
+from spotrl.chaos import run_attempt, train_command  # noqa: E402
 from spotrl.flows.preemption import EXIT_PREEMPTED  # noqa: E402
+from spotrl.flows.testing import harness_server, isolate_prefect  # noqa: E402
+from spotrl.storage.records import read_jsonl  # noqa: E402
 
 ITERATION_LINE = re.compile(r"^iteration\s+(\d+)/\d+\s.*\s([\d.]+)s$")
 LABELLED = 0.95  # the share of warm-start targets the verifier must accept for the problem to have labels
@@ -212,19 +214,9 @@ def main() -> None:
         arm_sets.setdefault(arm, []).append(setting)
     budget, grid = args.budget_seconds, [args.budget_seconds * (j + 1) / args.points for j in range(args.points)]
 
-    env = {
-        **os.environ,
-        "PREFECT_HOME": str(home / "prefect"),
-        "PREFECT_LOGGING_LEVEL": "WARNING",
-        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-    }
-    os.environ.update(PREFECT_HOME=env["PREFECT_HOME"], PREFECT_SERVER_ANALYTICS_ENABLED="false")
-    from prefect.testing.utilities import prefect_test_harness
-
-    with prefect_test_harness(server_startup_timeout=120):
-        from prefect.settings import PREFECT_API_URL
-
-        env["PREFECT_API_URL"] = PREFECT_API_URL.value()
+    isolate_prefect(home / "prefect")
+    with harness_server() as api_url:
+        env = {**os.environ, "PREFECT_API_URL": api_url}
         warm_dir = home / "warm"
         started = time.perf_counter()
         warm = run_attempt(warm_dir, overrides + ["iterations=0"], env=env, extra_args=extra, timeout=3600)

@@ -18,7 +18,6 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -31,7 +30,10 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 
-from spotrl.chaos import read_jsonl, run_attempt  # noqa: E402
+from spotrl.chaos import run_attempt  # noqa: E402
+from spotrl.flows.testing import harness_server, isolate_prefect  # noqa: E402
+from spotrl.ports import free_port  # noqa: E402
+from spotrl.storage.records import read_jsonl  # noqa: E402
 
 
 def _params(megabytes: int) -> dict:
@@ -70,9 +72,7 @@ def _store_throughput(root: str, params: dict, repeats: int = 3) -> dict:
 
 
 def _emulator():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     process = subprocess.Popen(
         [str(Path(sys.executable).with_name("gcp-storage-emulator")), "start", "--port", str(port), "--in-memory"],
         stdout=subprocess.DEVNULL,
@@ -111,20 +111,10 @@ def main() -> None:
         emulator.terminate()
     print(json.dumps(figures), flush=True)
 
-    env = {
-        **os.environ,
-        "PREFECT_HOME": str(home / "prefect"),
-        "PREFECT_LOGGING_LEVEL": "WARNING",
-        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-    }
-    os.environ.update(PREFECT_HOME=env["PREFECT_HOME"], PREFECT_SERVER_ANALYTICS_ENABLED="false")
-    from prefect.testing.utilities import prefect_test_harness
-
+    isolate_prefect(home / "prefect")
     base = [f"iterations={args.iterations}", "rollout.shards=2", "eval.prompts=16", "eval.every=0"]
-    with prefect_test_harness(server_startup_timeout=120):
-        from prefect.settings import PREFECT_API_URL
-
-        env["PREFECT_API_URL"] = PREFECT_API_URL.value()
+    with harness_server() as api_url:
+        env = {**os.environ, "PREFECT_API_URL": api_url}
         warm = home / "warm"
         assert run_attempt(warm, base[1:] + ["iterations=0"], env=env).returncode == 0
         timings = {}

@@ -143,18 +143,17 @@ def main() -> None:
     args = parser.parse_args()
 
     home = Path(tempfile.mkdtemp(prefix="spotrl-bench-preemption-"))
-    os.environ.update(
-        PREFECT_HOME=str(home / "prefect"), PREFECT_SERVER_ANALYTICS_ENABLED="false", PREFECT_LOGGING_LEVEL="WARNING"
-    )
-    from prefect.client.orchestration import get_client
-    from prefect.settings import PREFECT_API_URL
-    from prefect.testing.utilities import prefect_test_harness
+    from spotrl.flows.testing import harness_server, isolate_prefect
 
-    from spotrl.chaos import Kill, read_jsonl, run_attempt, standard_kills, strip_timing
+    isolate_prefect(home / "prefect")
+    from prefect.client.orchestration import get_client
+
+    from spotrl.chaos import Kill, run_attempt, standard_kills, strip_timing
+    from spotrl.storage.records import read_jsonl
 
     overrides = TINY + [f"iterations={args.iterations}"]
-    with prefect_test_harness(server_startup_timeout=120):
-        env = {**os.environ, "PREFECT_API_URL": PREFECT_API_URL.value()}
+    with harness_server() as api_url:
+        env = {**os.environ, "PREFECT_API_URL": api_url}
         baseline_dir, chaos_dir = home / "baseline", home / "chaos"
         baseline = run_attempt(baseline_dir, overrides, env=env)
         assert baseline.returncode == 0, baseline.output

@@ -9,7 +9,6 @@ random delay after a line appears in the run's output.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import random
 import signal
@@ -34,10 +33,6 @@ def strip_timing(record):
     if isinstance(record, list):
         return [strip_timing(v) for v in record]
     return record
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
 
 
 @dataclasses.dataclass(frozen=True)

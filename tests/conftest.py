@@ -1,66 +1,30 @@
-"""Test isolation: Prefect gets its own temporary home, quiet logs and no analytics.
+"""Test isolation: Prefect gets its own temporary home, quiet logs and no analytics; the shared fixtures.
 
-Set before anything imports prefect, since Prefect reads its settings at import time.
+Set before anything imports prefect, since Prefect reads its settings at import time. What tests
+share besides fixtures (constants, helpers) is in tests/support.py.
 """
 
 import os
-import shlex
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-_HOME = Path(tempfile.mkdtemp(prefix="spotrl-tests-prefect-"))
-os.environ["PREFECT_HOME"] = str(_HOME)
-os.environ["PREFECT_RESULTS_LOCAL_STORAGE_PATH"] = str(_HOME / "results")
-os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
-os.environ["PREFECT_LOGGING_LEVEL"] = "WARNING"
-os.environ.pop("PREFECT_API_URL", None)
+from spotrl.flows.testing import documented_commands, harness_server, isolate_prefect, retry_unavailable_transport
+from spotrl.ports import free_port
+
+isolate_prefect(tempfile.mkdtemp(prefix="spotrl-tests-prefect-"))
 
 # Prefect configures logging at import (dictConfig), which closes every handler made before it,
 # absl's too: absl's handler holds the sys.stderr of the moment, which under pytest is a capture
 # file that must stay open. Imported here, before any test module imports absl (orbax, optax).
 import prefect.main  # noqa: E402, F401 - prefect.main is what configures logging
 import pytest  # noqa: E402
-import yaml  # noqa: E402
+from support import TINY_OVERRIDES  # noqa: E402
 
-from spotrl.configs import build_config, preset_path  # noqa: E402
-
-# A run small enough to learn arithmetic in a few iterations: the algorithm presets and the Ray
-# fan-out train on it.
-LEARNING_OVERRIDES = [
-    "model.hidden_size=64",
-    "model.intermediate_size=128",
-    "model.num_layers=2",
-    "problem.min_digits=1",
-    "problem.max_digits=2",
-    "problem.train_size=32",
-    "problem.eval_size=16",
-    "warmstart.check_prompts=32",
-    "warmstart.batch_size=32",
-    "rollout.prompts_per_iteration=32",
-    "rollout.group_size=8",
-    "algorithm.minibatches=2",
-    "eval.n=4",
-    "eval.k=2",
-    "eval.prompts=16",
-    "optimizer.learning_rate=1e-3",
-]
-
-
-def _dotted(node: dict, prefix: str = "") -> list[str]:
-    """A nested mapping as `--set` overrides: {"model": {"num_layers": 2}} -> ["model.num_layers=2"]."""
-    out = []
-    for key, value in node.items():
-        out += _dotted(value, f"{prefix}{key}.") if isinstance(value, dict) else [f"{prefix}{key}={value}"]
-    return out
-
-
-# the shipped `smoke` preset as overrides: two RL iterations of a 2-layer model, the whole flow in seconds
-TINY_OVERRIDES = _dotted(yaml.safe_load(preset_path("smoke").read_text()))
+from spotrl.configs import build_config  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -82,44 +46,11 @@ def smoke_run(prefect_harness, tiny_config, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def prefect_harness():
-    from prefect.testing.utilities import prefect_test_harness
-
-    with prefect_test_harness(server_startup_timeout=120):
+    with harness_server():
         yield
 
 
-def _retry_unavailable_transport():
-    import httpx
-
-    class RetryUnavailable(httpx.HTTPTransport):
-        """Retries a 503: the server answers it while SQLite is locked by its own writers (as
-        Prefect's client does for its API calls; a CI run once failed on one create_flow_run)."""
-
-        def handle_request(self, request):
-            for delay in (0.5, 1, 2, 4):
-                response = super().handle_request(request)
-                if response.status_code != 503:
-                    return response
-                response.read()
-                response.close()
-                time.sleep(delay)
-            return super().handle_request(request)
-
-    return RetryUnavailable()
-
-
 DEPLOYMENT_FILE = Path(__file__).resolve().parents[1] / "deployments" / "prefect.yaml"
-
-
-def documented_commands() -> list[list[str]]:
-    """The `$` lines of deployments/prefect.yaml's header, in order, as argument lists (comments dropped)."""
-    commands = []
-    for line in DEPLOYMENT_FILE.read_text().splitlines():
-        if not line.startswith("#"):
-            break
-        if line.startswith("#   $ "):
-            commands.append(shlex.split(line[len("#   $ ") :], comments=True))
-    return commands
 
 
 class PrefectServer:
@@ -142,7 +73,7 @@ class PrefectServer:
         for name in ("spotrl", "deployments"):
             (self.root / name).symlink_to(repo / name)
         home = base / "prefect-home"
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/api"
         self.env = dict(
             os.environ,
@@ -154,7 +85,9 @@ class PrefectServer:
         for setting in ("PREFECT_API_URL", "PREFECT_RESULTS_LOCAL_STORAGE_PATH"):  # the profile's, as set below
             self.env.pop(setting, None)
         self.prefect = str(Path(sys.executable).parent / "prefect")
-        self.api = httpx.Client(base_url=self.url, timeout=30, transport=_retry_unavailable_transport())
+        self.api = httpx.Client(
+            base_url=self.url, timeout=30, transport=retry_unavailable_transport()
+        )  # a CI run once failed on a 503
         self._procs: list[subprocess.Popen] = []
         self.documented_runs: list[list[str]] = []
 
@@ -185,7 +118,7 @@ class PrefectServer:
             time.sleep(0.3)
 
     def start(self) -> "PrefectServer":
-        for command in documented_commands():
+        for command in documented_commands(DEPLOYMENT_FILE):
             assert command[0] == "prefect", command
             args = [arg.replace("127.0.0.1:4200", f"127.0.0.1:{self.port}") for arg in command[1:]]
             if args[:2] == ["server", "start"]:
@@ -222,12 +155,6 @@ class PrefectServer:
                     proc.wait()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="session")
 def prefect_server(tmp_path_factory):
     """One server + worker for the deployment and automation tests (a server start costs ~10 s)."""
@@ -244,14 +171,7 @@ def gcs():
 
     Yields the gcsfs filesystem; each test module creates its own bucket.
     """
-    import socket
-    import subprocess
-    import sys
-    import time
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     emulator = Path(sys.executable).with_name("gcp-storage-emulator")
     process = subprocess.Popen(
         [str(emulator), "start", "--port", str(port), "--in-memory"],
@@ -280,20 +200,3 @@ def gcs():
         process.wait(timeout=10)
         for k, v in saved.items():
             os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
-
-
-def make_bucket(fs, name: str) -> str:
-    """Create a bucket on the emulator (once); returns its gs:// URL."""
-    if not fs.exists(name):
-        fs.mkdir(name)
-    return f"gs://{name}"
-
-
-def full_device_error() -> OSError:
-    """A real ENOSPC, from the kernel: a write to /dev/full."""
-    try:
-        with open("/dev/full", "wb") as full:  # every write fails with ENOSPC
-            full.write(b"x")
-    except OSError as err:
-        return err
-    raise AssertionError("/dev/full accepted a write")

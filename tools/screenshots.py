@@ -32,7 +32,6 @@ import os
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -41,6 +40,9 @@ from pathlib import Path
 
 import httpx
 from websockets.sync.client import connect
+
+from spotrl.flows.testing import documented_commands, retry_unavailable_transport
+from spotrl.ports import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 DEPLOYMENT_FILE = REPO / "deployments" / "prefect.yaml"
@@ -52,23 +54,6 @@ MAX_BYTES = 300_000
 
 def log(msg: str) -> None:
     print(f"[screenshots {time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def documented_commands() -> list[list[str]]:
-    """The `$` lines of deployments/prefect.yaml's header, in order, as argument lists."""
-    commands = []
-    for line in DEPLOYMENT_FILE.read_text().splitlines():
-        if not line.startswith("#"):
-            break
-        if line.startswith("#   $ "):
-            commands.append(shlex.split(line[len("#   $ ") :], comments=True))
-    return commands
 
 
 class Processes:
@@ -103,21 +88,6 @@ class Processes:
                 pass
 
 
-class RetryUnavailable(httpx.HTTPTransport):
-    """Retries a 503: the server answers it while SQLite is locked by its own writers (as Prefect's
-    own client does; tests/conftest.py has the same transport)."""
-
-    def handle_request(self, request):
-        for delay in (0.5, 1, 2, 4, 8):
-            response = super().handle_request(request)
-            if response.status_code != 503:
-                return response
-            response.read()
-            response.close()
-            time.sleep(delay)
-        return super().handle_request(request)
-
-
 class Prefect:
     """The documented set-up on a free port; `api` is an httpx client on the REST API."""
 
@@ -142,7 +112,9 @@ class Prefect:
         )
         for setting in ("PREFECT_API_URL", "PREFECT_PROFILE", "PREFECT_RESULTS_LOCAL_STORAGE_PATH"):
             self.env.pop(setting, None)
-        self.api = httpx.Client(base_url=f"{self.ui}/api", timeout=30, transport=RetryUnavailable())
+        self.api = httpx.Client(
+            base_url=f"{self.ui}/api", timeout=30, transport=retry_unavailable_transport((0.5, 1, 2, 4, 8))
+        )
         self.documented_runs: list[list[str]] = []
 
     def cli(self, *args: str, timeout: float = 300) -> str:
@@ -167,7 +139,7 @@ class Prefect:
             time.sleep(0.5)
 
     def start(self) -> None:
-        for command in documented_commands():
+        for command in documented_commands(DEPLOYMENT_FILE):
             assert command[0] == "prefect", command
             args = [a.replace("127.0.0.1:4200", f"127.0.0.1:{self.port}") for a in command[1:]]
             if args[:2] == ["server", "start"]:

@@ -20,7 +20,6 @@ section of the run's config.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from dataclasses import dataclass
 
@@ -33,6 +32,7 @@ from spotrl.fleet.fleet_model import FleetModel, Lengths, Market, Network, Train
 from spotrl.fleet.simulator import simulate
 from spotrl.fleet.sizing import Objective
 from spotrl.storage.paths import AnyPath, RemotePath, as_path
+from spotrl.storage.records import read_jsonl
 
 
 @dataclass(frozen=True)
@@ -178,7 +178,7 @@ def read_metrics(run_dir: AnyPath) -> list[dict]:
     path = run_dir / "metrics.jsonl"
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist: not a run directory, or no iteration finished yet")
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return read_jsonl(path)
 
 
 def completion_lengths(run_dir: AnyPath) -> list[int]:

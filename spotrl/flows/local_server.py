@@ -17,18 +17,13 @@ import ctypes
 import datetime
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 
+from spotrl.ports import free_port
+
 _PR_SET_PDEATHSIG = 1
-
-
-def _free_port() -> int:
-    with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _server_command(port: int) -> list[str]:
@@ -104,7 +99,7 @@ def local_api_server(timeout: float = 120.0):
     if PREFECT_API_URL.value():
         yield None
         return
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}/api"
     env = {
         **_RECORDER_BATCHING,

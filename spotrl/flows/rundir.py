@@ -1,23 +1,27 @@
-"""The run directory: its config, and the per-iteration records behind metrics.jsonl and eval.jsonl.
+"""The run directory: its config, its lock, and the per-iteration records behind metrics.jsonl and eval.jsonl.
 
 Records are written one file per iteration (atomic, idempotent) and the .jsonl files are rebuilt
-from them, so a killed and resumed run never duplicates or loses a line.
+from them, so a killed and resumed run never duplicates or loses a line; spotrl/storage/records.py
+reads and writes them (the flows call them through this module).
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import os
 import socket
 
 import yaml
 
 from spotrl.config import ConfigError, RunConfig, config_diff
-from spotrl.storage.atomic import atomic_write_json, atomic_write_text
+from spotrl.storage.atomic import atomic_write_text
 from spotrl.storage.lease import LeaseHeld, object_lease
 from spotrl.storage.paths import AnyPath, RemotePath, StorageError, as_path, check_reachable
+from spotrl.storage.records import read_record as read_record  # the run directory's records, re-exported
+from spotrl.storage.records import read_records as read_records
+from spotrl.storage.records import record_exists as record_exists
+from spotrl.storage.records import write_record as write_record
 
 
 class RunDirError(RuntimeError):
@@ -60,30 +64,6 @@ def read_config(run_dir: str | AnyPath) -> RunConfig:
         return RunConfig.model_validate(yaml.safe_load(path.read_text()))
     except Exception as err:
         raise ConfigError(f"{path}: {err}") from None
-
-
-def write_record(run_dir: AnyPath, kind: str, iteration: int, record: dict) -> None:
-    """Write RUN/<kind>/iter_N.json and rebuild RUN/<kind>.jsonl from all records, in order."""
-    run_dir = as_path(run_dir)
-    folder = run_dir / kind
-    atomic_write_json(folder / f"iter_{iteration:06d}.json", record)
-    lines = [json.dumps(json.loads(p.read_text()), sort_keys=True) for p in sorted(folder.glob("iter_*.json"))]
-    atomic_write_text(run_dir / f"{kind}.jsonl", "".join(line + "\n" for line in lines))
-
-
-def record_exists(run_dir: str | AnyPath, kind: str, iteration: int) -> bool:
-    return (as_path(run_dir) / kind / f"iter_{iteration:06d}.json").exists()
-
-
-def read_record(run_dir: str | AnyPath, kind: str, iteration: int) -> dict:
-    return json.loads((as_path(run_dir) / kind / f"iter_{iteration:06d}.json").read_text())
-
-
-def read_records(run_dir: str | AnyPath, kind: str) -> list[dict]:
-    path = as_path(run_dir) / f"{kind}.jsonl"
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 @contextlib.contextmanager

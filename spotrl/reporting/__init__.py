@@ -1,37 +1,14 @@
 """Curves of a run: PNG plots and one self-contained HTML page (plots.py), TensorBoard scalars (tensorboard.py).
 
 Both read the run directory's JSON-lines records (RUN/metrics.jsonl, RUN/eval.jsonl) straight from
-storage, local or gs://, so this package sits below spotrl.flows (the train flow calls it) and
-imports only spotrl.storage. The helpers here are the shared, pure part: read and flatten records.
+storage, local or gs:// (spotrl.storage.records), so this package sits below spotrl.flows (the train
+flow calls it) and imports only spotrl.storage. The helpers here are the shared, pure part: flatten
+records.
 """
 
 from __future__ import annotations
 
-import json
 import math
-
-from spotrl.storage.paths import AnyPath, as_path
-
-
-def read_jsonl(run_dir: str | AnyPath, kind: str) -> list[dict]:
-    """RUN/<kind>.jsonl as a list of objects, in file order; [] when the file does not exist.
-
-    A line that is not a JSON object (a torn write by a foreign writer) is skipped, not fatal.
-    """
-    path = as_path(run_dir) / f"{kind}.jsonl"
-    if not path.exists():
-        return []
-    records = []
-    for line in path.read_bytes().decode(errors="replace").splitlines():
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict):
-            records.append(record)
-    return records
 
 
 def numeric(value) -> float | None:

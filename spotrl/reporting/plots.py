@@ -20,9 +20,10 @@ matplotlib.use("Agg")  # no display; before pyplot is imported
 
 import matplotlib.pyplot as plt  # noqa: E402
 
-from spotrl.reporting import flatten, read_jsonl, step_of  # noqa: E402
+from spotrl.reporting import flatten, step_of  # noqa: E402
 from spotrl.storage.atomic import atomic_write_bytes  # noqa: E402
 from spotrl.storage.paths import AnyPath, as_path  # noqa: E402
+from spotrl.storage.records import read_records  # noqa: E402
 
 REPORT_DIR = "report"
 Series = list[tuple[int, float]]  # (iteration, value), in iteration order
@@ -252,7 +253,7 @@ def make_report(run_dir: str | AnyPath, out: str | AnyPath | None = None) -> Any
     if not metrics_path.exists():
         raise FileNotFoundError(f"{metrics_path} does not exist: not a run directory, or no iteration finished yet")
     out = as_path(out) if out is not None else run_dir / REPORT_DIR
-    metrics, evals = read_jsonl(run_dir, "metrics"), read_jsonl(run_dir, "eval")
+    metrics, evals = read_records(run_dir, "metrics"), read_records(run_dir, "eval")
     config_path = run_dir / "config.yaml"
     config = config_path.read_text() if config_path.exists() else ""
 

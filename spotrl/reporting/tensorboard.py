@@ -37,8 +37,9 @@ from pathlib import Path
 from tensorboardX.proto import event_pb2, summary_pb2
 from tensorboardX.record_writer import RecordWriter, masked_crc32c
 
-from spotrl.reporting import flatten, read_jsonl, step_of
+from spotrl.reporting import flatten, step_of
 from spotrl.storage.paths import AnyPath, RemotePath, as_path
+from spotrl.storage.records import read_records
 
 log = logging.getLogger(__name__)
 
@@ -225,7 +226,7 @@ def sync_tensorboard(run_dir: str | AnyPath) -> int:
         now = time.time()
         events, points = [], 0
         for kind, group in STREAMS:
-            for step, scalars in pending_events(read_jsonl(run_dir, kind), group, sink.watermarks):
+            for step, scalars in pending_events(read_records(run_dir, kind), group, sink.watermarks):
                 events.append(scalar_event(step, scalars, now))
                 points += len(scalars)
         if events:

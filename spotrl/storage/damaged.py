@@ -10,10 +10,10 @@ Not curation's quarantine: RUN/quarantine.parquet holds the input rows curation 
 
 from __future__ import annotations
 
-import json
 import time
 
-from spotrl.storage.paths import AnyPath, append_line, as_path, move
+from spotrl.storage.paths import AnyPath, as_path, move
+from spotrl.storage.records import append_record, read_jsonl
 
 DAMAGED_DIR = "quarantine"  # RUN/quarantine/
 
@@ -35,11 +35,11 @@ def move_aside(run_dir: AnyPath, path: AnyPath, reason: str) -> AnyPath:
         "reason": reason,
         "unix_time": time.time(),
     }
-    append_line(run_dir / DAMAGED_DIR / "log.jsonl", json.dumps(record))
+    append_record(run_dir / DAMAGED_DIR / "log.jsonl", record)
     return dest
 
 
 def damaged_log(run_dir: AnyPath) -> list[dict]:
     """The records of what `move_aside` moved, oldest first."""
     path = as_path(run_dir) / DAMAGED_DIR / "log.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    return read_jsonl(path) if path.exists() else []

@@ -122,6 +122,7 @@ def test_stream_drops_never_and_always_solved_prompts_and_keeps_unestimated_ones
     assert [estimate_iteration(i, 3) for i in range(1, 8)] == [1, 1, 1, 4, 4, 4, 7]
 
 
+@pytest.mark.slow
 def test_curate_stage_is_a_cache_hit_until_a_source_file_changes(prefect_harness, tmp_path, tiny_config):
     from prefect import flow
 
@@ -151,6 +152,7 @@ def test_curate_stage_is_a_cache_hit_until_a_source_file_changes(prefect_harness
     )
 
 
+@pytest.mark.slow
 def test_difficulty_estimates_filter_the_prompt_stream(prefect_harness, tmp_path, tiny_config):
     from spotrl.curation.store import load_split
     from spotrl.flows.train import train

@@ -10,7 +10,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import make_bucket
+from support import make_bucket
 
 from spotrl.curation.canonical import canonicalize
 from spotrl.curation.schema import CANONICAL_COLUMNS, canonical_failures

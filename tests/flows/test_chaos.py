@@ -12,13 +12,16 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import TINY_OVERRIDES
+from support import TINY_OVERRIDES
 
-from spotrl.chaos import Kill, read_jsonl, run_attempt, standard_kills, strip_timing, train_command
+from spotrl.chaos import Kill, run_attempt, standard_kills, strip_timing, train_command
 from spotrl.flows.preemption import EXIT_PREEMPTED
 from spotrl.storage.checkpoints import CheckpointStore
 from spotrl.storage.failures import EXIT_ENVIRONMENT
+from spotrl.storage.records import read_jsonl
 from spotrl.storage.weights import WeightStore
+
+pytestmark = pytest.mark.slow  # end to end: kills and resumes of whole runs
 
 ITERATIONS = 8
 OVERRIDES = [o for o in TINY_OVERRIDES if not o.startswith("iterations=")] + [

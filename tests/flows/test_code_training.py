@@ -11,6 +11,8 @@ from spotrl.configs import build_config
 from spotrl.storage.parquet import read_frame
 from spotrl.storage.rollouts import find_shard, write_shard
 
+pytestmark = pytest.mark.slow  # end to end: whole runs of the train flow
+
 CODE_OVERRIDES = [
     "problem.name=code",
     "model.vocab_size=100",

@@ -2,7 +2,7 @@
 changes when work runs, never what it computes."""
 
 import pytest
-from conftest import TINY_OVERRIDES
+from support import TINY_OVERRIDES
 
 from spotrl.chaos import strip_timing
 from spotrl.configs import build_config

@@ -11,9 +11,12 @@ import sqlite3
 import subprocess
 import sys
 
-from conftest import TINY_OVERRIDES
+import pytest
+from support import TINY_OVERRIDES
 
 from spotrl.chaos import train_command
+
+pytestmark = pytest.mark.slow  # end to end: `spotrl train` and its private Prefect server
 
 # Many quick task runs that end right before the flow does: the last batch of events is the
 # largest a recorder can hold when the server is stopped (before the fix, over half were lost).

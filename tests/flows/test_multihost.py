@@ -3,24 +3,19 @@ the smoke run on one 2-device mesh and end with the weights, bit for bit, of one
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from spotrl.ports import free_port
+
 REPO = Path(__file__).resolve().parents[2]
 # fsdp over 2 devices: parameters, gradients and optimizer moments are split between the processes;
 # an entropy bonus gives the RL updates a gradient even when no group earns a reward
 RUN = ["-m", "spotrl", "train", "--config", "smoke", "--set", "model.mesh.fsdp=2"]
 RUN += ["--set", "algorithm.entropy_coef=0.01"]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _digest(run_dir: Path, version: int | None = None) -> str:
@@ -46,7 +41,7 @@ def test_two_processes_train_to_the_weights_of_one(tmp_path, prefect_harness):
     )
     assert one.returncode == 0, one.stderr[-3000:]
 
-    distributed = {"SPOTRL_NUM_PROCESSES": "2", "SPOTRL_COORDINATOR_ADDRESS": f"127.0.0.1:{_free_port()}"}
+    distributed = {"SPOTRL_NUM_PROCESSES": "2", "SPOTRL_COORDINATOR_ADDRESS": f"127.0.0.1:{free_port()}"}
     procs = [  # every host runs the same command; process 0 drives the flow, process 1 follows
         subprocess.Popen(
             [sys.executable, *RUN, "--run-dir", str(tmp_path / "two")],

@@ -16,8 +16,8 @@ from flax import nnx
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from conftest import TINY_OVERRIDES  # noqa: E402
 from hf_fixtures import randomize, torch_logits, write_qwen_tokenizer  # noqa: E402
+from support import TINY_OVERRIDES  # noqa: E402
 
 from spotrl.cli.main import main as cli_main  # noqa: E402
 from spotrl.config import ConfigError, RunConfig  # noqa: E402
@@ -31,6 +31,8 @@ from spotrl.storage.checkpoints import CheckpointStore  # noqa: E402
 from spotrl.storage.parquet import read_frame  # noqa: E402
 from spotrl.storage.rollouts import find_shard  # noqa: E402
 from spotrl.storage.weights import WeightStore  # noqa: E402
+
+pytestmark = pytest.mark.slow  # end to end: a whole run from a Hugging Face checkpoint
 
 # the tiny overrides' architecture keys (hidden 32, intermediate 64, 2 layers) agree with the checkpoint
 SHAPE = dict(
@@ -141,7 +143,8 @@ def test_two_iterations_from_the_checkpoint(finished, checkpoint):
         assert row["completion"] == auto.decode([t for t in completion if t not in stop_ids], skip_special_tokens=True)
 
 
-def test_rerun_is_all_cache_hits_with_the_same_weights(finished):
+def test_rerun_of_the_finished_run_returns_the_same_weights_and_result(finished):
+    """A finished run resumes after its last iteration: nothing is sampled or trained again."""
     from spotrl.flows.train import train
 
     config, run_dir, first = finished

@@ -7,10 +7,14 @@ threads next to JAX's in pytest's long-lived process are what we do not want to 
 
 import os
 
-from conftest import LEARNING_OVERRIDES
+import pytest
+from support import LEARNING_OVERRIDES
 
-from spotrl.chaos import Kill, read_jsonl, run_attempt, strip_timing
+from spotrl.chaos import Kill, run_attempt, strip_timing
+from spotrl.storage.records import read_jsonl
 from spotrl.storage.weights import WeightStore
+
+pytestmark = pytest.mark.slow  # end to end: whole runs on Ray
 
 
 def test_ray_fan_out_matches_the_thread_pool_even_when_a_worker_dies(prefect_harness, tmp_path):

@@ -37,6 +37,7 @@ def double(x: int) -> int:
     return 2 * x
 
 
+@pytest.mark.slow
 def test_a_flow_persists_under_the_run_directory_and_reuses_the_result(prefect_harness, tmp_path):
     run = tmp_path / "run"
     storage = result_storage(run / "prefect-results")
@@ -55,6 +56,7 @@ def test_a_flow_persists_under_the_run_directory_and_reuses_the_result(prefect_h
     assert twice() == [42, 42] and calls == [21]  # a new flow run: still the cached result
 
 
+@pytest.mark.slow
 def test_flow_runs_starting_together_on_a_fresh_server_all_get_their_storage(prefect_harness, tmp_path):
     """Each registers the block type on its first save; the ones that lose that race retry (seen: a
     2-slot worker starting the two documented runs failed one with ObjectAlreadyExists)."""

@@ -8,16 +8,19 @@ import json
 import shutil
 
 import pytest
-from conftest import TINY_OVERRIDES
+from support import TINY_OVERRIDES
 
-from spotrl.chaos import read_jsonl, strip_timing
+from spotrl.chaos import strip_timing
 from spotrl.configs import build_config
 from spotrl.flows import rundir
 from spotrl.flows.resume import find_resume_point
 from spotrl.storage.checkpoints import CheckpointStore
 from spotrl.storage.damaged import damaged_log
+from spotrl.storage.records import read_jsonl
 from spotrl.storage.weights import WeightStore
 from spotrl.tasks.context import get_context
+
+pytestmark = pytest.mark.slow  # end to end: whole runs, damaged and resumed
 
 ITERATIONS = 4
 

@@ -7,14 +7,17 @@ import os
 
 import pandas as pd
 import pytest
-from conftest import TINY_OVERRIDES
+from support import TINY_OVERRIDES
 
-from spotrl.chaos import Kill, read_jsonl, run_attempt, strip_timing
+from spotrl.chaos import Kill, run_attempt, strip_timing
 from spotrl.configs import build_config
 from spotrl.flows import rundir
 from spotrl.storage.parquet import read_frame
+from spotrl.storage.records import read_jsonl
 from spotrl.storage.rollouts import find_shard
 from spotrl.storage.weights import WeightStore
+
+pytestmark = pytest.mark.slow  # end to end: whole rft runs, killed and resumed
 
 # the smoke preset on one-digit sums, with a warm start long enough that some samples verify
 OVERRIDES = [o for o in TINY_OVERRIDES if not o.startswith("iterations=")] + [

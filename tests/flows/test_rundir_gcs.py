@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import TINY_OVERRIDES, make_bucket
+from support import TINY_OVERRIDES, make_bucket
 
 from spotrl.chaos import strip_timing
 from spotrl.cli.main import main as cli_main
@@ -49,6 +49,7 @@ def _train(config, run_dir: str):
     return train(config=config, run_dir=run_dir)
 
 
+@pytest.mark.slow
 def test_training_on_gcs_writes_nothing_locally_resumes_and_matches_local(
     prefect_harness, moving_config, bucket, gcs, tmp_path, monkeypatch
 ):

@@ -7,11 +7,12 @@ another size differently in the last bits, so the behaviour logprobs agree to ~1
 
 import pandas as pd
 import pytest
-from conftest import TINY_OVERRIDES
+from support import TINY_OVERRIDES
 
-from spotrl.chaos import read_jsonl, strip_timing
+from spotrl.chaos import strip_timing
 from spotrl.configs import build_config
 from spotrl.storage.parquet import read_frame
+from spotrl.storage.records import read_jsonl
 from spotrl.storage.weights import WeightStore
 
 pytestmark = pytest.mark.slow

@@ -10,6 +10,8 @@ from spotrl.storage.atomic import sha256_file
 from spotrl.storage.parquet import read_frame
 from spotrl.storage.rollouts import find_shard
 
+pytestmark = pytest.mark.slow  # end to end: a whole run of the train flow
+
 
 @pytest.fixture(scope="module")
 def finished_run(prefect_harness, tiny_config, tmp_path_factory):
@@ -48,7 +50,8 @@ def test_run_directory_contract(finished_run, tiny_config):
 
 def test_each_iteration_is_generated_once(finished_run):
     """Rollouts of iteration i are launched once, with weights i-1 (a relaunch after they were
-    collected would be cache hits here, but tasks no one waits for, which outlive the flow)."""
+    collected would be a cache hit, so the result would not show it, but it would leave tasks no one
+    waits for, which outlive the flow)."""
     _, result = finished_run
     assert result["launches"] == [(1, 0, 0), (2, 1, 0)]
 
@@ -67,13 +70,14 @@ def test_rollout_shards_carry_version_and_match_rewards(finished_run, tiny_confi
     assert metrics["reward_mean"] == pytest.approx(frame["reward"].mean())
 
 
-def test_rerun_is_all_cache_hits_with_same_result(finished_run, tiny_config):
+def test_rerun_of_the_finished_run_returns_the_same_weights_and_result_faster(finished_run, tiny_config):
+    """A finished run resumes after its last iteration: nothing is sampled or trained again."""
     from spotrl.flows.train import train
 
     run_dir, first = finished_run
     second = train(config=tiny_config, run_dir=str(run_dir))
     assert second["weights_sha256"] == first["weights_sha256"]
-    assert second["after"] == first["after"]  # evaluation is a cache hit, not re-sampled
+    assert second["after"] == first["after"]  # the last evaluation's record, not sampled again
     assert second["seconds"] < first["seconds"]
 
 

@@ -128,6 +128,7 @@ _SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # compile-heavy: tens of seconds of XLA compilation
 def test_sharded_train_step_equals_one_device(tmp_path):
     script = tmp_path / "sharded_step.py"
     script.write_text(_SCRIPT)

@@ -194,7 +194,7 @@ def test_a_run_without_records_writes_no_event_file(tmp_path):
 
 
 def test_gs_run_directory_uploads_the_event_file(gcs, tmp_path):
-    from conftest import make_bucket
+    from support import make_bucket
 
     from spotrl.storage.paths import as_path
 

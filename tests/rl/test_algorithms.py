@@ -9,14 +9,14 @@ every iteration), so improvement shows in a few iterations instead of hundreds.
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import LEARNING_OVERRIDES
+from support import LEARNING_OVERRIDES
 
 from spotrl.algorithm_presets import ALGORITHMS
-from spotrl.chaos import read_jsonl
 from spotrl.configs import build_config
 from spotrl.flows import rundir
 from spotrl.flows.resume import seed_from_warm_start
 from spotrl.rl.batch import training_batch
+from spotrl.storage.records import read_jsonl
 
 ITERATIONS = 14
 
@@ -31,6 +31,7 @@ def warm_start_run(prefect_harness, tmp_path_factory):
     return run_dir, config
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ALGORITHMS)
 def test_preset_raises_mean_reward(name, warm_start_run, tmp_path):
     from spotrl.flows.train import train
@@ -92,6 +93,7 @@ def test_dynamic_sampling_short_batch_is_padded_with_a_warning():
     assert "only 1 of 4 groups had signal" in batch.warning
 
 
+@pytest.mark.slow
 def test_warm_start_is_shared_only_between_matching_configs(warm_start_run, tmp_path):
     warm_dir, _ = warm_start_run
     other = build_config(None, LEARNING_OVERRIDES + ["iterations=3", "model.num_layers=3"])
@@ -99,6 +101,7 @@ def test_warm_start_is_shared_only_between_matching_configs(warm_start_run, tmp_
         seed_from_warm_start(tmp_path / "other", other, warm_dir)
 
 
+@pytest.mark.slow
 def test_stale_rollouts_are_importance_corrected_and_still_learn(warm_start_run, tmp_path):
     from spotrl.flows.train import train
 

@@ -61,6 +61,7 @@ def _naive_loss(policy, params, tokens, valid, target, rows):
     return -(picked * mask).sum() / mask.sum()
 
 
+@pytest.mark.slow  # compile-heavy: tens of seconds of XLA compilation
 def test_an_rft_step_is_the_supervised_gradient_of_the_kept_rows_only():
     """With SGD at learning rate 1 the applied update is the gradient: it equals the gradient of the
     naive loss over the kept rows, and does not change when the rows left out are other sequences."""
@@ -171,6 +172,7 @@ def _rft_config(**algorithm):
     )
 
 
+@pytest.mark.slow  # compile-heavy: tens of seconds of XLA compilation
 def test_rft_update_trains_on_the_verifier_reward_and_reports_kept_fraction():
     """Row 0 ("21" for 12+9) is the only verified one; its shaped reward is lowered (an overlong
     penalty, say) below the threshold, the verifier's is not: kept. One step, on that row."""

@@ -67,6 +67,7 @@ def _max_gap(a, b) -> float:
     )
 
 
+@pytest.mark.slow  # compile-heavy: tens of seconds of XLA compilation
 @pytest.mark.parametrize(
     "spec",
     [
@@ -96,6 +97,7 @@ def test_micro_batched_update_equals_the_full_batch_update(spec):
         assert _max_gap(plain, expected) > 1e-3
 
 
+@pytest.mark.slow  # compile-heavy: tens of seconds of XLA compilation
 def test_entropy_metric_and_bonus_are_of_the_tempered_distribution():
     """At rollout temperature 0.7 the entropy is that of softmax(logits / 0.7), the distribution
     the logprobs (and the sampler) use, checked against naive numpy on the model's logits."""
@@ -132,6 +134,7 @@ def test_micro_batches_must_divide_the_batch_and_know_the_aggregation():
         build_rl_step(policy.graphdef, tx, LossSpec(aggregation="nonsense"), 1.0, micro_batches=2)
 
 
+@pytest.mark.slow  # compile-heavy: tens of seconds of XLA compilation
 def test_mixed_precision_keeps_float32_master_weights_and_a_close_loss():
     f32 = Policy(CFG, init_seed=0)
     mixed = Policy(CFG.model_copy(update={"compute_dtype": "bfloat16"}), init_seed=0)

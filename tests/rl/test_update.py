@@ -11,6 +11,7 @@ from spotrl.rl.train_step import build_rl_step, completion_logprobs, make_optimi
 from spotrl.rl.update import AdvantageSpec, UpdateBatch, compute_advantages, policy_update
 
 
+@pytest.mark.slow  # compile-heavy: tens of seconds of XLA compilation
 def test_update_raises_rewarded_and_lowers_penalised_completions():
     policy = Policy(ModelConfig(hidden_size=32, intermediate_size=64, num_layers=2), init_seed=0)
     tx = make_optimizer(1e-2, 0.0, 0.9, 0.999, 1.0)
@@ -87,6 +88,7 @@ def _critic_step_changes(head: str):
     return changed(before["params"], state["params"]), changed(before["critic"], state["critic"])
 
 
+@pytest.mark.slow  # compile-heavy: tens of seconds of XLA compilation
 def test_separate_critic_leaves_the_policy_alone_and_shared_one_trains_its_trunk():
     assert _critic_step_changes("separate") == (False, True)
     assert _critic_step_changes("shared") == (True, True)

@@ -36,6 +36,7 @@ def _naive_greedy(model, prompts, valid, steps):
     return np.stack(out, 1)
 
 
+@pytest.mark.slow  # compile-heavy: tens of seconds of XLA compilation
 def test_greedy_matches_naive_decoding_without_cache():
     model, graphdef, state, prompts, valid = _setup()
     params = SamplingParams(max_new_tokens=6, stop_token=99, temperature=0.0)  # no stop: all 6 steps
@@ -172,6 +173,7 @@ def test_shared_prefill_greedy_equals_repeated_prompts():
     np.testing.assert_allclose(shared.logprobs, plain.logprobs, atol=1e-6)
 
 
+@pytest.mark.slow  # compile-heavy: tens of seconds of XLA compilation
 def test_shared_prefill_sampling_equals_repeated_prompts_and_trainer():
     model, graphdef, state, prompts, valid, g = _group_setup(4)
     params = SamplingParams(max_new_tokens=6, stop_token=5, temperature=0.9, top_k=8, top_p=0.95)
@@ -195,6 +197,7 @@ def test_shared_prefill_sampling_equals_repeated_prompts_and_trainer():
     np.testing.assert_allclose(np.where(live, shared.logprobs, 0), np.where(live, recomputed, 0), atol=1e-5)
 
 
+@pytest.mark.slow  # compile-heavy: tens of seconds of XLA compilation
 @pytest.mark.parametrize("max_chunk_rows", [1024, 6, 4])
 def test_sample_completions_shared_prefill_equals_repeated_path(max_chunk_rows):
     _, graphdef, state, _, _, _ = _group_setup()

@@ -7,12 +7,13 @@ seals, and both get back exactly what was saved, gathered from both processes.
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
+
+from spotrl.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -57,15 +58,9 @@ def _worker(root: str) -> None:
     )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_two_processes_save_their_shards_and_restore_them(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # one device per process
-    env.update(PYTHONPATH=str(REPO), SPOTRL_NUM_PROCESSES="2", SPOTRL_COORDINATOR_ADDRESS=f"127.0.0.1:{_free_port()}")
+    env.update(PYTHONPATH=str(REPO), SPOTRL_NUM_PROCESSES="2", SPOTRL_COORDINATOR_ADDRESS=f"127.0.0.1:{free_port()}")
     code = f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
     code += "from test_checkpoints_multiprocess import _worker; _worker(sys.argv[1])"
     procs = [

@@ -4,8 +4,9 @@ import errno
 import socket
 
 import pytest
-from conftest import full_device_error
+from support import full_device_error
 
+from spotrl.ports import free_port
 from spotrl.storage.failures import environment_failure, is_environment_failure
 
 # what orbax raised when a run filled a 900 KiB tmpfs (tensorstore reports the OS error only as text)
@@ -19,9 +20,7 @@ TENSORSTORE_ENOSPC = (
 
 
 def _refused_connection() -> OSError:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]  # nobody listens on it once closed
+    port = free_port()  # nobody listens on it once closed
     try:
         socket.create_connection(("127.0.0.1", port), timeout=5).close()
     except OSError as err:

@@ -4,7 +4,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import make_bucket
+from support import make_bucket
 
 from spotrl.storage.weights import WeightStore, WeightStoreError
 

@@ -2,8 +2,8 @@
 
 import errno
 
-from conftest import full_device_error
 from prefect.states import Failed
+from support import full_device_error
 
 from spotrl.tasks.stages import retry_transient
 

@@ -258,6 +258,7 @@ _MESH_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # compile-heavy: tens of seconds of XLA compilation
 def test_loading_into_an_8_device_mesh_equals_one_device(checkpoints, tmp_path):
     path, _ = checkpoints["llama3"]
     script = tmp_path / "mesh.py"
@@ -423,6 +424,7 @@ def test_estimate_memory_hand_computed():
     assert (bf16["params"], bf16["grads"], bf16["optimizer"], bf16["activations"]) == (360, 0, 0, 480)
 
 
+@pytest.mark.slow  # compile-heavy: tens of seconds of XLA compilation
 def test_rl_steps_from_a_checkpoint(checkpoints):
     """A short GRPO-style run from a loaded checkpoint: the on-policy importance ratio is 1 (sampler and
     trainer agree on the loaded weights) and the reward (share of completion tokens below VOCAB/2) rises."""

@@ -1,0 +1,81 @@
+"""Run records: the JSON-lines files of a run directory, read and written in one place.
+
+RUN/metrics.jsonl and RUN/eval.jsonl are rebuilt whole from one file per iteration
+(RUN/<kind>/iter_N.json, written atomically), so a killed and resumed run never duplicates or loses
+a line; RUN/quarantine/log.jsonl is appended to. Local paths and object stores (gs://) alike.
+
+One reading rule for all of them: a line is one JSON object; blank lines are skipped; a LAST line
+that does not parse is a torn append (a process killed mid-write) and is skipped; any other line
+that is not a JSON object is damage, a `RecordError` naming the file and the line.
+"""
+
+from __future__ import annotations
+
+import json
+
+from spotrl.storage.atomic import atomic_write_json, atomic_write_text
+from spotrl.storage.paths import AnyPath, append_line, as_path
+
+
+class RecordError(ValueError):
+    """A damaged line in a JSON-lines file (not the torn last one)."""
+
+
+def parse_lines(data: bytes, source: str) -> list[dict]:
+    """The JSON objects of JSON-lines `data`, in order, by the rule above; `source` names the file in errors."""
+    lines = [(number, line) for number, line in enumerate(data.split(b"\n"), 1) if line.strip()]
+    records = []
+    for place, (number, line) in enumerate(lines):
+        try:
+            record = json.loads(line.decode())
+        except ValueError as err:  # UnicodeDecodeError and JSONDecodeError are both ValueErrors
+            if place == len(lines) - 1:
+                break  # torn: the last append did not finish
+            raise RecordError(f"{source}:{number}: not a JSON line ({err})") from None
+        if not isinstance(record, dict):
+            raise RecordError(f"{source}:{number}: not a JSON object but {type(record).__name__}")
+        records.append(record)
+    return records
+
+
+def read_jsonl(path: str | AnyPath) -> list[dict]:
+    """The records of one JSON-lines file; FileNotFoundError when it does not exist."""
+    path = as_path(path)
+    return parse_lines(path.read_bytes(), str(path))
+
+
+def append_record(path: str | AnyPath, record: dict) -> None:
+    """Append one record as a line (an object store rewrites the object whole)."""
+    append_line(as_path(path), json.dumps(record))
+
+
+def write_jsonl(path: str | AnyPath, records: list[dict]) -> None:
+    """Replace the file, atomically, with one line per record (keys sorted)."""
+    atomic_write_text(path, "".join(json.dumps(record, sort_keys=True) + "\n" for record in records))
+
+
+# --- the per-iteration records behind RUN/<kind>.jsonl -------------------------------------------------
+def _iteration_file(run_dir: str | AnyPath, kind: str, iteration: int) -> AnyPath:
+    return as_path(run_dir) / kind / f"iter_{iteration:06d}.json"
+
+
+def write_record(run_dir: str | AnyPath, kind: str, iteration: int, record: dict) -> None:
+    """Write RUN/<kind>/iter_N.json and rebuild RUN/<kind>.jsonl from all records, in order."""
+    run_dir = as_path(run_dir)
+    folder = run_dir / kind
+    atomic_write_json(_iteration_file(run_dir, kind, iteration), record)
+    write_jsonl(run_dir / f"{kind}.jsonl", [json.loads(p.read_text()) for p in sorted(folder.glob("iter_*.json"))])
+
+
+def record_exists(run_dir: str | AnyPath, kind: str, iteration: int) -> bool:
+    return _iteration_file(run_dir, kind, iteration).exists()
+
+
+def read_record(run_dir: str | AnyPath, kind: str, iteration: int) -> dict:
+    return json.loads(_iteration_file(run_dir, kind, iteration).read_text())
+
+
+def read_records(run_dir: str | AnyPath, kind: str) -> list[dict]:
+    """RUN/<kind>.jsonl's records in file order; [] when the file does not exist."""
+    path = as_path(run_dir) / f"{kind}.jsonl"
+    return read_jsonl(path) if path.exists() else []
