@@ -31,7 +31,7 @@ def _chain(server, run_dir) -> list[dict]:
     return [r for r in runs if r["parameters"].get("run_dir") == str(run_dir)]
 
 
-def _wait_for(server, what: str, check, timeout: float = 150):
+def _wait_for(server, what: str, check, timeout: float = 300):  # a loaded 2-core machine needs > 150 s
     deadline = time.monotonic() + timeout
     while (value := check()) is None:
         if time.monotonic() > deadline:
