@@ -77,8 +77,12 @@ def test_crashed_run_is_resubmitted_with_attempt_plus_one(prefect_server, tiny_c
         .raise_for_status()
         .json()
     )
-    assert {t["state"]["type"] for t in left} <= {"COMPLETED", "CRASHED"}
-    assert [t["name"] for t in left if t["state"]["type"] == "CRASHED"] == ["publish-i0001"]  # where it was killed
+    states = {t["name"]: t["state"]["type"] for t in left}
+    assert set(states.values()) <= {"COMPLETED", "CRASHED"}, states
+    # killed in publish-i0001: Crashed, or absent when the SIGKILL beat the client's event buffer to the
+    # server (the states a process had not sent yet are lost with it; test_crashes closes one for certain)
+    assert [name for name, state in states.items() if state == "CRASHED"] in ([], ["publish-i0001"]), states
+    assert states.get("publish-i0001", "CRASHED") == "CRASHED" and "COMPLETED" in states.values(), states
     logs = prefect_server.cli("flow-run", "logs", resubmitted["id"]).stdout
     assert f"continuing flow run '{run_dir} attempt 1' ({crashed['id']}), which ended Crashed" in logs, logs[-3000:]
     assert "resuming after iteration 0" in logs and "pass@1" in logs
