@@ -192,9 +192,18 @@ def main(argv: list[str] | None = None) -> int:
         from spotrl.flows.rundir import RunDirError
         from spotrl.model.hf.config import CheckpointError as ModelCheckpointError
         from spotrl.storage.checkpoints import CheckpointError
+        from spotrl.storage.records import RecordError
         from spotrl.storage.weights import WeightStoreError
 
-        known = (ConfigError, RunDirError, WeightStoreError, CheckpointError, ModelCheckpointError, DistributedError)
+        known = (
+            ConfigError,
+            RunDirError,
+            WeightStoreError,
+            CheckpointError,
+            ModelCheckpointError,
+            DistributedError,
+            RecordError,
+        )
         if isinstance(err, known):
             print(f"spotrl: error: {err}", file=sys.stderr)
             return 2
@@ -226,14 +235,17 @@ def _train(args) -> int:
 
         quiet()
 
-    if args.warm_start_from and not (as_path(args.run_dir) / "checkpoints").exists():
-        from spotrl.flows.resume import seed_from_warm_start
-
-        seed_from_warm_start(Path(args.run_dir), config, Path(args.warm_start_from))
-    rundir.prepare(args.run_dir, config)  # a mismatching run directory is refused before any work
     try:
-        with local_api_server():
-            result = train(config=config, run_dir=args.run_dir, preemption_grace_seconds=args.grace_seconds)
+        # the lock first: a second process on this directory is refused at once, before it seeds or
+        # writes anything (the flow takes the same lock again: it is this process's already)
+        with rundir.exclusive(args.run_dir):
+            if args.warm_start_from and not (as_path(args.run_dir) / "checkpoints").exists():
+                from spotrl.flows.resume import seed_from_warm_start
+
+                seed_from_warm_start(Path(args.run_dir), config, Path(args.warm_start_from))
+            rundir.prepare(args.run_dir, config)  # a mismatching run directory is refused before any work
+            with local_api_server():
+                result = train(config=config, run_dir=args.run_dir, preemption_grace_seconds=args.grace_seconds)
     except Preempted as stop:
         print(f"spotrl: {stop}", file=sys.stderr)
         return EXIT_PREEMPTED

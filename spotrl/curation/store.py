@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import datasets
@@ -12,6 +11,7 @@ from spotrl.curation.manifest import rows_sha256, write_dataset
 from spotrl.curation.schema import validate_rows
 from spotrl.storage.parquet import CorruptFileError, read_frame
 from spotrl.storage.paths import as_path
+from spotrl.storage.records import RecordError, read_json
 
 SPLITS = ("train", "eval")
 
@@ -33,7 +33,10 @@ def load_split(root: str | Path, name: str) -> datasets.Dataset:
     if not manifest_path.exists():
         raise CorruptFileError(f"{manifest_path}: missing; the curated data of this run is incomplete")
     frame = read_frame(path)
-    expected = json.loads(manifest_path.read_text())["splits"][name]["sha256"]
+    try:
+        expected = read_json(manifest_path, keys=("splits",))["splits"][name]["sha256"]
+    except (RecordError, KeyError, TypeError) as err:
+        raise CorruptFileError(f"{manifest_path}: damaged ({err})") from None
     columns = prompt_columns(frame)
     # a run directory written before the hashes were unified recorded NaN as NaN: it still verifies
     if expected not in (rows_sha256(frame, columns), rows_sha256(frame, columns, nan_as_null=False)):
@@ -42,10 +45,18 @@ def load_split(root: str | Path, name: str) -> datasets.Dataset:
     return datasets.Dataset.from_pandas(frame, preserve_index=False)
 
 
+def data_sha256(root: str | Path) -> str | None:
+    """The content hash the manifest records for all splits; None when there is no manifest."""
+    try:
+        return read_json(as_path(root) / "manifest.json", keys=("sha256",))["sha256"]
+    except FileNotFoundError:
+        return None
+
+
 def damaged_splits(root: str | Path) -> str | None:
     """Why the curated data under `root` cannot be used, or None when every split verifies."""
     try:
-        for name in json.loads((as_path(root) / "manifest.json").read_text())["splits"]:
+        for name in read_json(as_path(root) / "manifest.json", keys=("splits",))["splits"]:
             load_split(root, name)
     except FileNotFoundError as err:
         return f"missing file: {err.filename or err}"

@@ -15,13 +15,15 @@ everything is deterministic, so they produce the same bytes.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import shutil
 from pathlib import Path
 
-from spotrl.config import RunConfig
-from spotrl.curation.store import damaged_splits
+from spotrl.config import RunConfig, config_diff
+from spotrl.curation.store import damaged_splits, data_sha256
 from spotrl.flows import rundir
+from spotrl.rl.iteration_update import made_under
 from spotrl.rng import next_iteration_streams
 from spotrl.storage.checkpoints import CheckpointError, CheckpointStore
 from spotrl.storage.damaged import DAMAGED_DIR, move_aside
@@ -36,7 +38,8 @@ class ResumePoint:
     checkpoint: dict | None = None  # the sealed checkpoint reference of that iteration
     weights: dict | None = None  # its published weight version, None when it must be republished
     refresh: bool = False  # later tasks must not trust their cached results
-    recurate: bool = False  # the curated data was damaged and is regenerated
+    recurate: bool = False  # the curated data was damaged: it is regenerated, and must hash to data_sha256
+    data_sha256: str | None = None  # the curated data the resume checkpoint was trained on
     notes: list[str] = dataclasses.field(default_factory=list)  # what was moved aside or removed, and why
 
 
@@ -76,6 +79,9 @@ def find_resume_point(
     if data_dir.exists() and (why := damaged_splits(data_dir)):
         set_aside(data_dir, why)
         point.recurate = True
+    for kind in ("metrics", "eval"):
+        for path, reason in rundir.damaged_records(run_dir, kind).items():
+            set_aside(path, reason)  # its iteration is then incomplete, and runs again
 
     damaged_after = None  # the oldest iteration newer than the resume point with a damaged artifact
     for iteration in reversed(checkpoints.sealed_iterations()):
@@ -86,12 +92,23 @@ def find_resume_point(
             set_aside(checkpoints.seal_path(iteration), "seal of a quarantined checkpoint")
             damaged_after = iteration
             continue
+        meta = checkpoints.metadata(iteration)
+        check_made_under(config, meta, checkpoints.path(iteration))
         if _records_complete(run_dir, config, iteration):
             point.iteration = iteration
             point.checkpoint = checkpoints.ref(iteration)
+            point.data_sha256 = meta.get("data_sha256")
             break
-    if point.recurate:
-        point.iteration, point.checkpoint = None, None  # the whole run depends on the data
+
+    if not point.recurate:
+        found = data_sha256(data_dir)
+        if found is None:  # a curate result cached before the data went must not be trusted
+            point.recurate = True
+            if point.iteration is not None:
+                notes.append("RUN/data is missing: it is curated again")
+        elif point.data_sha256 and found != point.data_sha256:
+            set_aside(data_dir, f"its rows (sha256 {found[:12]}) are not the ones this run trained on")
+            point.recurate = True
 
     after = -1 if point.iteration is None else point.iteration
     for path, reason in damaged_shards(run_dir / "rollouts", after).items():
@@ -106,20 +123,51 @@ def find_resume_point(
             set_aside(as_path(weights.version_dir(version)), str(err))
             if version > after:
                 damaged_after = _oldest(damaged_after, version)
+            continue
+        check_made_under(config, weights.manifest(version), weights.version_dir(version))
     for incomplete in weights.incomplete():
         weights.remove(incomplete)
         notes.append(f"removed {incomplete} (a weight version killed before its manifest)")
-    if weights.latest() is not None and weights.latest() not in weights.versions():
+    pointer = weights.pointer()
+    if weights.pointer_damaged() or (pointer is not None and pointer not in weights.versions()):
         newest = max(weights.versions(), default=None)
         weights.repoint(newest)
-        notes.append(f"LATEST pointed at a version that is gone; now {newest}")
+        why = "was not a version number" if weights.pointer_damaged() else "pointed at a version that is gone"
+        notes.append(f"LATEST {why}; now {newest}")
 
-    point.refresh = damaged_after is not None or point.recurate
+    point.refresh = damaged_after is not None
     if point.iteration is not None:
         if point.iteration in weights.versions():
             point.weights = weights.ref(point.iteration)
         _check_streams(checkpoints, config, point.iteration)
     return point
+
+
+def check_made_under(config: RunConfig, recorded: dict, where) -> None:
+    """Refuse a checkpoint or weight version that records another config than `config` (naming the
+    differing keys when it records the config itself); one made before configs were recorded passes."""
+    digest = recorded.get("config_digest")
+    if digest is None or digest == config.digest():
+        return
+    differing = ""
+    if isinstance(recorded.get("config"), dict):
+        with contextlib.suppress(ValueError):
+            keys = config_diff(RunConfig.model_validate(recorded["config"]), config)
+            differing = f" (differing keys: {', '.join(keys)})"
+    raise rundir.RunDirError(
+        f"{where} was made under another config (digest {digest}, this one is {config.digest()}){differing}; "
+        "use another --run-dir, or the config the run was started with"
+    )
+
+
+def check_data(config: RunConfig, run_dir: AnyPath, data: dict, point: ResumePoint) -> None:
+    """After RUN/data was regenerated: the rows must be the ones the checkpoints were trained on."""
+    if point.data_sha256 and data["sha256"] != point.data_sha256:
+        raise rundir.RunDirError(
+            f"{run_dir / 'data'}: regenerated from the config's sources it holds other rows (sha256 "
+            f"{data['sha256'][:12]}) than the run was trained on ({point.data_sha256[:12]}): a source changed since "
+            "the run started; restore it, or start a new run directory"
+        )
 
 
 def _oldest(current: int | None, iteration: int) -> int:
@@ -168,6 +216,11 @@ def seed_from_warm_start(run_dir: Path, config: RunConfig, source_dir: Path) -> 
     if (run_dir / "checkpoints").exists():
         raise rundir.RunDirError(f"{run_dir} already holds a run; a warm start can only seed a new run directory")
     source = RunContext(source_dir, source_config)
+    if 0 not in source.checkpoints.sealed_iterations():
+        raise rundir.RunDirError(
+            f"{source.checkpoints.path(0)}: the warm start of {source_dir} is gone (a run made before spotrl "
+            "0.3 pruned it); start from a run that keeps it"
+        )
     state, meta = source.checkpoints.restore(0, source.state_template())
     rundir.prepare(run_dir, config)
     shutil.copytree(source_dir / "data", run_dir / "data")
@@ -175,9 +228,11 @@ def seed_from_warm_start(run_dir: Path, config: RunConfig, source_dir: Path) -> 
     ctx = RunContext(run_dir, config)
     meta = {
         **meta,
+        **made_under(config),
         "rng": next_iteration_streams(config.seed, 0),
         "warm_start_from": str(source_dir),
     }
     ctx.checkpoints.save(0, ctx.initial_train_state(state["params"]), meta)
     ctx.checkpoints.seal(0)
-    ctx.weights.publish(0, ctx.policy.to_pure(state["params"]), {"warm_start_from": str(source_dir)})
+    extra = {"warm_start_from": str(source_dir), "config_digest": config.digest()}
+    ctx.weights.publish(0, ctx.policy.to_pure(state["params"]), extra)

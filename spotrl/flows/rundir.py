@@ -16,12 +16,15 @@ import yaml
 
 from spotrl.config import ConfigError, RunConfig, config_diff
 from spotrl.storage.atomic import atomic_write_text
+from spotrl.storage.checkpoints import CheckpointStore
 from spotrl.storage.lease import LeaseHeld, object_lease
 from spotrl.storage.paths import AnyPath, RemotePath, StorageError, as_path, check_reachable
-from spotrl.storage.records import read_record as read_record  # the run directory's records, re-exported
+from spotrl.storage.records import damaged_records as damaged_records  # the run directory's records, re-exported
+from spotrl.storage.records import read_record as read_record
 from spotrl.storage.records import read_records as read_records
 from spotrl.storage.records import record_exists as record_exists
 from spotrl.storage.records import write_record as write_record
+from spotrl.storage.weights import WeightStore, WeightStoreError
 
 
 class RunDirError(RuntimeError):
@@ -48,12 +51,43 @@ def prepare(run_dir: str | AnyPath, config: RunConfig) -> AnyPath:
                 "use another --run-dir, or the same config to resume"
             )
         return run_dir
+    _check_recorded_config(run_dir, config)
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as err:  # a full disk or a read-only one is the environment's (the CLI tells them apart)
         raise RunDirError(f"{run_dir}: cannot create the run directory: {err.strerror or err}") from err
     atomic_write_text(path, yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
     return run_dir
+
+
+def _check_recorded_config(run_dir: AnyPath, config: RunConfig) -> None:
+    """Without config.yaml, the run's checkpoints and weight versions still say which config made
+    them: refuse another one before config.yaml is written again (a resume under another config
+    would silently train the rest of the run under it)."""
+    checkpoints = run_dir / "checkpoints"
+    recorded = CheckpointStore(checkpoints).recorded_config() if checkpoints.exists() else None
+    if recorded is not None:
+        iteration, made_under = recorded
+        try:
+            diff = config_diff(RunConfig.model_validate(made_under), config)
+        except ValueError:
+            diff = ["(the recorded config no longer validates)"]
+        if diff:
+            raise RunDirError(
+                f"{run_dir} holds a run with another config (differing keys: {', '.join(diff)}; recorded in "
+                f"checkpoint {iteration}, config.yaml is missing); use another --run-dir, or the same config to resume"
+            )
+    weights = WeightStore(run_dir / "weights")
+    for version in weights.versions():
+        try:
+            digest = weights.manifest(version).get("config_digest")
+        except WeightStoreError:
+            continue  # damaged: the resume moves it aside
+        if digest not in (None, config.digest()):
+            raise RunDirError(
+                f"{weights.version_dir(version)} was published under another config (digest {digest}, this one is "
+                f"{config.digest()}) and config.yaml is missing; use another --run-dir, or the run's config"
+            )
 
 
 def read_config(run_dir: str | AnyPath) -> RunConfig:
@@ -74,6 +108,23 @@ def exclusive(run_dir: str | AnyPath):
     never leaves a stale lock behind. On an object store a lease object (storage/lease.py).
     """
     run_dir = as_path(run_dir)
+    key = str(run_dir.resolve() if not isinstance(run_dir, RemotePath) else run_dir)
+    if key in _HELD:  # this process holds it already (the CLI takes it before seeding, the flow again)
+        yield
+        return
+    _HELD.add(key)
+    try:
+        with _locked(run_dir):
+            yield
+    finally:
+        _HELD.discard(key)
+
+
+_HELD: set[str] = set()  # run directories this process holds the lock of
+
+
+@contextlib.contextmanager
+def _locked(run_dir: AnyPath):
     if isinstance(run_dir, RemotePath):
         try:
             with object_lease(run_dir / ".lock"):
@@ -82,6 +133,10 @@ def exclusive(run_dir: str | AnyPath):
             raise RunDirError(f"{run_dir} is being trained by {held}; wait for it to end or stop it first") from None
         return
     path = run_dir / ".lock"
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise RunDirError(f"{run_dir}: cannot create the run directory: {err.strerror or err}") from err
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -23,7 +23,7 @@ from spotrl.flows.crashes import FLOW_NAME, FLOW_RUN_NAME, close_abandoned
 from spotrl.flows.fleet import RolloutFleet
 from spotrl.flows.iteration import LookAhead, Stages, iteration_line, run_iteration
 from spotrl.flows.preemption import PreemptionGuard
-from spotrl.flows.resume import eval_due, find_resume_point
+from spotrl.flows.resume import check_data, eval_due, find_resume_point
 from spotrl.reporting.plots import make_report
 from spotrl.reporting.tensorboard import sync_tensorboard
 from spotrl.storage.paths import AnyPath
@@ -147,7 +147,7 @@ def _run(config: RunConfig, run_path: AnyPath, guard: PreemptionGuard, fleet: Ro
     stages = Stages(config, run_path, refresh=point.refresh)
 
     if point.iteration is None:
-        data = stages.curate()
+        data = (stages.refreshed() if point.recurate else stages).curate()
         initial = stages.warm_start(data)
         say(f"warm start: {initial['steps']} supervised steps, greedy accuracy {initial['greedy_accuracy']:.1%}")
         previous = stages.checkpoint(initial)
@@ -155,6 +155,10 @@ def _run(config: RunConfig, run_path: AnyPath, guard: PreemptionGuard, fleet: Ro
         _evaluate(stages, weights, 0)
         start = 1
     else:
+        if point.recurate:  # the curated data was damaged or lost: the same sources and seed make it again
+            data = stages.refreshed().curate()
+            check_data(config, run_path, data, point)
+            say(f"recovery: curated data made again, the rows the run trained on (sha256 {data['sha256'][:12]})")
         say(f"resuming after iteration {point.iteration} (sealed checkpoint {point.checkpoint['sha256'][:12]})")
         previous = point.checkpoint
         weights = point.weights or stages.refreshed().publish(previous)

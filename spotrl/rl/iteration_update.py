@@ -117,9 +117,16 @@ def starting_params(
     )
 
 
+def made_under(config) -> dict:
+    """The identity a checkpoint records, so a resume under another config is refused even when
+    RUN/config.yaml is gone (flows/resume.py names the differing keys from it)."""
+    return {"config_digest": config.digest(), "config": config.model_dump(mode="json")}
+
+
 def initial_metadata(config, data_sha256: str, warmstart: dict) -> dict:
     """The metadata of the iteration-0 checkpoint (the warm start)."""
     return {
+        **made_under(config),
         "iteration": 0,
         "seed": config.seed,
         "data_cursor": 0,
@@ -136,6 +143,7 @@ def checkpoint_metadata(config, iteration: int, before: dict, optimizer_steps: i
     `iteration`'s checkpoint, continuing `before` (the previous checkpoint's)."""
     versions = sorted({int(v) for v in weights_versions})
     return {
+        **made_under(config),
         "iteration": iteration,
         "seed": config.seed,
         "data_cursor": iteration * config.rollout.prompts_per_iteration,  # prompts consumed so far

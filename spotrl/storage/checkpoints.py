@@ -40,6 +40,7 @@ from spotrl import distributed
 from spotrl.faults import failpoint
 from spotrl.storage.atomic import atomic_write_json, sha256_file
 from spotrl.storage.paths import AnyPath, RemotePath, as_path, download_tree, files_under, remove, upload_tree
+from spotrl.storage.records import RecordError, read_json
 
 _NAME = re.compile(r"^iter_(\d{6})$")
 COMMIT_MARKER = "commit_success.txt"  # orbax writes it last into a committed checkpoint
@@ -81,12 +82,31 @@ class CheckpointStore:
 
     def ref(self, iteration: int) -> dict:
         """The reference the flow passes around for a sealed checkpoint (a Prefect cache-key input)."""
-        seal = json.loads(self.seal_path(iteration).read_text())
+        seal = self._seal(iteration)
         return {"uri": str(self.path(iteration)), "iteration": iteration, "sha256": seal["sha256"]}
+
+    def _seal(self, iteration: int) -> dict:
+        try:
+            return read_json(self.seal_path(iteration), keys=("files", "sha256"))
+        except FileNotFoundError:
+            raise CheckpointError(f"{self.path(iteration)}: not sealed") from None
+        except RecordError as err:
+            raise CheckpointError(f"damaged seal: {err}") from None
 
     def metadata(self, iteration: int) -> dict:
         """The JSON metadata of a committed checkpoint, without reading its arrays."""
-        return json.loads((self.path(iteration) / "meta" / "metadata").read_text())
+        try:
+            return read_json(self.path(iteration) / "meta" / "metadata")
+        except (FileNotFoundError, RecordError) as err:
+            raise CheckpointError(f"{self.path(iteration)}: its metadata cannot be read: {err}") from None
+
+    def recorded_config(self) -> tuple[int, dict] | None:
+        """The config the newest sealed checkpoint that records one was made under, with its iteration."""
+        for iteration in reversed(self.sealed_iterations()):
+            with contextlib.suppress(CheckpointError):
+                if "config" in (meta := self.metadata(iteration)):
+                    return iteration, meta["config"]
+        return None
 
     def save(self, iteration: int, state, metadata: dict) -> AnyPath:
         """Save a pytree of arrays and a JSON-able dict; idempotent for a committed iteration."""
@@ -136,10 +156,9 @@ class CheckpointStore:
 
     def verify(self, iteration: int, copy: AnyPath | None = None) -> None:
         """Check the files (or a downloaded `copy` of them) against the seal."""
-        seal_path = self.seal_path(iteration)
-        if not seal_path.exists():
-            raise CheckpointError(f"{self.path(iteration)}: not sealed")
-        expected = json.loads(seal_path.read_text())["files"]
+        expected = self._seal(iteration)["files"]
+        if not isinstance(expected, dict):
+            raise CheckpointError(f"damaged seal: {self.seal_path(iteration)}: its files are not a mapping")
         actual = self._checksums_at(copy if copy is not None else self.path(iteration))
         bad = sorted(k for k in expected.keys() | actual.keys() if expected.get(k) != actual.get(k))
         if bad:
@@ -161,8 +180,11 @@ class CheckpointStore:
         return state, dict(restored.meta)
 
     def prune(self) -> None:
-        """Keep the newest `keep` sealed checkpoints."""
+        """Keep the newest `keep` sealed checkpoints, and iteration 0: the warm start, which a run that
+        is extended or another run started from this one's warm start (`--warm-start-from`) reads."""
         for iteration in self.sealed_iterations()[: -self.keep]:
+            if iteration == 0:
+                continue
             self.seal_path(iteration).unlink(missing_ok=True)
             if self.path(iteration).exists():
                 remove(self.path(iteration))

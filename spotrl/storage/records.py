@@ -1,5 +1,10 @@
 """Run records: the JSON-lines files of a run directory, read and written in one place.
 
+Every JSON file a resume reads goes through `parse_json`/`read_json` (a seal, a manifest, a
+per-iteration record): bytes that are not UTF-8 JSON of an object with the expected keys are a
+`RecordError` naming the file, which the caller treats as damage (moved aside, regenerated), never a
+traceback.
+
 RUN/metrics.jsonl and RUN/eval.jsonl are rebuilt whole from one file per iteration
 (RUN/<kind>/iter_N.json, written atomically), so a killed and resumed run never duplicates or loses
 a line; RUN/quarantine/log.jsonl is appended to. Local paths and object stores (gs://) alike.
@@ -18,7 +23,26 @@ from spotrl.storage.paths import AnyPath, append_line, as_path
 
 
 class RecordError(ValueError):
-    """A damaged line in a JSON-lines file (not the torn last one)."""
+    """A damaged JSON file, or a damaged line in a JSON-lines file (not the torn last one)."""
+
+
+def parse_json(data: bytes, source: str, keys: tuple[str, ...] = ()) -> dict:
+    """One JSON object holding `keys`, from `data`; `source` names the file in errors."""
+    try:
+        value = json.loads(data.decode())
+    except ValueError as err:  # UnicodeDecodeError and JSONDecodeError are both ValueErrors
+        raise RecordError(f"{source}: not JSON ({type(err).__name__}: {err})") from None
+    if not isinstance(value, dict):
+        raise RecordError(f"{source}: not a JSON object but {type(value).__name__}")
+    if missing := [k for k in keys if k not in value]:
+        raise RecordError(f"{source}: no {', '.join(missing)} in it")
+    return value
+
+
+def read_json(path: str | AnyPath, keys: tuple[str, ...] = ()) -> dict:
+    """`parse_json` of a file; FileNotFoundError when it does not exist."""
+    path = as_path(path)
+    return parse_json(path.read_bytes(), str(path), keys)
 
 
 def parse_lines(data: bytes, source: str) -> list[dict]:
@@ -64,7 +88,7 @@ def write_record(run_dir: str | AnyPath, kind: str, iteration: int, record: dict
     run_dir = as_path(run_dir)
     folder = run_dir / kind
     atomic_write_json(_iteration_file(run_dir, kind, iteration), record)
-    write_jsonl(run_dir / f"{kind}.jsonl", [json.loads(p.read_text()) for p in sorted(folder.glob("iter_*.json"))])
+    write_jsonl(run_dir / f"{kind}.jsonl", [read_json(p) for p in sorted(folder.glob("iter_*.json"))])
 
 
 def record_exists(run_dir: str | AnyPath, kind: str, iteration: int) -> bool:
@@ -72,7 +96,26 @@ def record_exists(run_dir: str | AnyPath, kind: str, iteration: int) -> bool:
 
 
 def read_record(run_dir: str | AnyPath, kind: str, iteration: int) -> dict:
-    return json.loads(_iteration_file(run_dir, kind, iteration).read_text())
+    return read_json(_iteration_file(run_dir, kind, iteration))
+
+
+def record_files(run_dir: str | AnyPath, kind: str) -> dict[int, AnyPath]:
+    """RUN/<kind>/iter_N.json by iteration."""
+    folder = as_path(run_dir) / kind
+    if not folder.exists():
+        return {}
+    return {int(p.stem.removeprefix("iter_")): p for p in folder.glob("iter_*.json") if p.stem[5:].isdigit()}
+
+
+def damaged_records(run_dir: str | AnyPath, kind: str) -> dict[AnyPath, str]:
+    """The RUN/<kind>/iter_N.json files that are not a JSON object, and why."""
+    damaged = {}
+    for path in record_files(run_dir, kind).values():
+        try:
+            read_json(path)
+        except RecordError as err:
+            damaged[path] = str(err)
+    return damaged
 
 
 def read_records(run_dir: str | AnyPath, kind: str) -> list[dict]:

@@ -35,6 +35,7 @@ from spotrl.faults import failpoint
 from spotrl.storage.atomic import atomic_write_bytes
 from spotrl.storage.paths import RemotePath, filesystem, generation, put_if_generation
 from spotrl.storage.pytrees import flatten, unflatten_like
+from spotrl.storage.records import RecordError, parse_json
 
 WEIGHTS_FILE = "model.safetensors"
 MANIFEST = "manifest.json"
@@ -122,11 +123,26 @@ class WeightStore:
     def remove(self, version_dir: Path | str) -> None:
         self.fs.rm(str(version_dir), recursive=True)
 
-    def latest(self) -> int | None:
+    def pointer(self) -> int | None:
+        """What LATEST says; None when it is missing or not a version number (damaged: only the
+        publisher's own writes make it, so a reader must not trust garbage there)."""
         try:
-            return int(self._read("LATEST").decode().strip())
+            text = self._read("LATEST")
         except FileNotFoundError:
             return None
+        try:
+            return int(text.decode().strip())
+        except ValueError:  # UnicodeDecodeError is a ValueError too
+            return None
+
+    def pointer_damaged(self) -> bool:
+        return self.pointer() is None and self.fs.exists(self._p("LATEST"))
+
+    def latest(self) -> int | None:
+        """The newest published version: LATEST, or the newest complete version when LATEST is
+        missing or damaged (a manifest is written last, so a version that has one is complete)."""
+        pointer = self.pointer()
+        return pointer if pointer is not None else max(self.versions(), default=None)
 
     def publish(self, version: int, params: dict, extra: dict | None = None) -> dict:
         """Write `params` (a nested dict of arrays) as `version` and point LATEST at it. Idempotent."""
@@ -153,14 +169,14 @@ class WeightStore:
     def _advance_latest(self, version: int) -> None:
         """Point LATEST at `version` unless it already points at a version as new or newer."""
         if self.local:  # one trainer per run directory (RUN/.lock): os.replace is enough
-            current = self.latest()
+            current = self.pointer()
             if current is None or version > current:
                 self._write(f"{version}\n".encode(), "LATEST")
             return
         latest = RemotePath(self._where("LATEST"))
         for _ in range(100):
             seen = generation(latest)
-            current = self.latest() if seen else None
+            current = self.pointer() if seen else None
             if current is not None and current >= version:
                 return
             try:
@@ -172,12 +188,13 @@ class WeightStore:
         raise WeightStoreError(f"{latest}: lost the compare-and-swap 100 times in a row; is something rewriting it?")
 
     def manifest(self, version: int) -> dict:
+        where = self._where(f"v{version:06d}", MANIFEST)
         try:
-            return json.loads(self._read(f"v{version:06d}", MANIFEST))
+            return parse_json(self._read(f"v{version:06d}", MANIFEST), where, keys=("version", "sha256"))
         except FileNotFoundError:
-            raise WeightStoreError(
-                f"weight version {version} not found at {self._where(f'v{version:06d}', MANIFEST)}"
-            ) from None
+            raise WeightStoreError(f"weight version {version} not found at {where}") from None
+        except RecordError as err:
+            raise WeightStoreError(f"damaged manifest: {err}") from None
 
     def ref(self, version: int) -> dict:
         """The reference the flow passes around for a published version (a Prefect cache-key input)."""

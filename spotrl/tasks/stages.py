@@ -288,7 +288,7 @@ def publish(config: RunConfig, run_dir: str, sealed: dict) -> dict:
     params = ctx.policy.to_pure(state["params"])
     if not distributed.is_primary():
         return {}
-    ctx.weights.publish(iteration, params, {"checkpoint": sealed["uri"]})
+    ctx.weights.publish(iteration, params, {"checkpoint": sealed["uri"], "config_digest": config.digest()})
     return ctx.weights.ref(iteration)
 
 

@@ -8,6 +8,8 @@ from support import make_bucket
 from spotrl.storage.records import (
     RecordError,
     append_record,
+    damaged_records,
+    parse_json,
     parse_lines,
     read_jsonl,
     read_record,
@@ -91,3 +93,29 @@ def test_records_on_gcs(gcs):
     assert [r["pass_at_1"] for r in read_records(run, "eval")] == [0.1, 0.2]
     assert read_record(run, "eval", 1)["iteration"] == 1 and record_exists(run, "eval", 0)
     assert read_jsonl(f"{run}/quarantine/log.jsonl") == [{"path": "a"}, {"path": "b"}]
+
+
+@pytest.mark.parametrize(
+    "data, why",
+    [
+        (b"{torn", "not JSON"),
+        (b"\xff\xfe{}", "not JSON .*UnicodeDecodeError"),
+        (b"", "not JSON"),
+        (b"[1]", "not a JSON object but list"),
+        (b'{"a": 1}', "no b in it"),
+    ],
+)
+def test_a_json_file_that_is_not_an_object_with_its_keys_is_an_error_naming_it(data, why):
+    with pytest.raises(RecordError, match=f"^some/file.json: {why}"):
+        parse_json(data, "some/file.json", keys=("a", "b"))
+    assert parse_json(b'{"a": 1, "b": 2}', "x", keys=("a", "b")) == {"a": 1, "b": 2}
+
+
+def test_damaged_per_iteration_records_are_listed_with_why(tmp_path):
+    for iteration in (1, 2, 3):
+        write_record(tmp_path, "metrics", iteration, {"iteration": iteration})
+    damaged = tmp_path / "metrics" / "iter_000002.json"
+    damaged.write_bytes(b"\x00\x00")
+    assert list(damaged_records(tmp_path, "metrics")) == [damaged]
+    assert damaged_records(tmp_path, "metrics")[damaged].startswith(f"{damaged}: not JSON")
+    assert damaged_records(tmp_path, "eval") == {}

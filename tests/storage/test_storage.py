@@ -81,16 +81,18 @@ def _state():
     return {"params": params, "opt_state": opt}
 
 
-def test_checkpoint_roundtrip_seal_and_prune(tmp_path):
+def test_checkpoint_roundtrip_seal_and_prune_keeping_the_warm_start(tmp_path):
     store = CheckpointStore(tmp_path, keep=2)
     state = _state()
-    for it in range(3):
+    for it in range(4):
         store.save(it, state, {"iteration": it, "data_cursor": 8 * it})
         store.seal(it)
         store.prune()
-    assert store.sealed_iterations() == [1, 2]
-    restored, meta = store.restore(2, state)
-    assert meta == {"iteration": 2, "data_cursor": 16}
+    assert store.sealed_iterations() == [0, 2, 3]  # the newest two, and the warm start (iteration 0)
+    assert not store.path(1).exists() and not store.seal_path(1).exists()
+    store.restore(0, state)  # still whole
+    restored, meta = store.restore(3, state)
+    assert meta == {"iteration": 3, "data_cursor": 24}
     for a, b in zip(*(map(np.asarray, __import__("jax").tree.leaves(t)) for t in (state, restored))):
         np.testing.assert_array_equal(a, b)
     assert type(restored["opt_state"]) is type(state["opt_state"])
@@ -109,3 +111,50 @@ def test_unsealed_or_corrupt_checkpoint_is_not_restored(tmp_path):
         f.truncate(victim.stat().st_size // 2)
     with pytest.raises(CheckpointError, match="checksum mismatch"):
         store.restore(1, state)
+
+
+@pytest.mark.parametrize("text", [b"", b"seven\n", b"\xff\xfe3\n", b"  \n"])
+def test_a_garbage_or_empty_latest_is_treated_as_missing(tmp_path, text):
+    store = WeightStore(tmp_path)
+    for version in (1, 2):
+        store.publish(version, _params(float(version)))
+    (tmp_path / "LATEST").write_bytes(text)
+    assert store.pointer() is None and store.pointer_damaged()
+    assert store.latest() == 2  # the newest version on disk with a manifest
+    np.testing.assert_array_equal(store.load(None, _params())["layers"][0]["w"], _params(2.0)["layers"][0]["w"])
+    store.publish(3, _params(3.0))  # a publish repairs it
+    assert (tmp_path / "LATEST").read_text() == "3\n" and not store.pointer_damaged()
+
+
+@pytest.mark.parametrize("text", [b"{not json", b"\xff\xfe", b"[1, 2]", b'{"version": 1}'])
+def test_a_garbage_weight_manifest_is_a_store_error_naming_it(tmp_path, text):
+    store = WeightStore(tmp_path)
+    store.publish(1, _params())
+    (tmp_path / "v000001" / "manifest.json").write_bytes(text)
+    with pytest.raises(WeightStoreError, match="damaged manifest: .*v000001/manifest.json"):
+        store.verified_digest(1)
+
+
+@pytest.mark.parametrize("text", [b"{not json", b"\xff\xfe", b"null", b'{"files": {}}', b'{"files": [], "sha256": ""}'])
+def test_a_garbage_seal_is_a_checkpoint_error_naming_it(tmp_path, text):
+    store = CheckpointStore(tmp_path)
+    state = _state()
+    store.save(1, state, {"iteration": 1})
+    store.seal(1)
+    store.seal_path(1).write_bytes(text)
+    with pytest.raises(CheckpointError, match="damaged seal: .*iter_000001.sealed.json"):
+        store.verify(1)
+    with pytest.raises(CheckpointError, match="damaged seal"):
+        store.restore(1, state)
+
+
+def test_the_recorded_config_is_the_newest_checkpoints_that_records_one(tmp_path):
+    store = CheckpointStore(tmp_path)
+    state = _state()
+    assert store.recorded_config() is None
+    store.save(1, state, {"iteration": 1, "config": {"seed": 1}})
+    store.save(2, state, {"iteration": 2})  # made before configs were recorded
+    store.save(3, state, {"iteration": 3, "config": {"seed": 3}})  # never sealed: not a checkpoint yet
+    for iteration in (1, 2):
+        store.seal(iteration)
+    assert store.recorded_config() == (1, {"seed": 1})
