@@ -79,9 +79,11 @@ def find_resume_point(
     if data_dir.exists() and (why := damaged_splits(data_dir)):
         set_aside(data_dir, why)
         point.recurate = True
-    for kind in ("metrics", "eval"):
+    for kind in ("metrics", "eval", "lengths"):
         for path, reason in rundir.damaged_records(run_dir, kind).items():
-            set_aside(path, reason)  # its iteration is then incomplete, and runs again
+            # a metrics or eval record: its iteration is then incomplete and runs again; a lengths
+            # record is folded again from the scored shards (rollout/shards.py)
+            set_aside(path, reason)
 
     damaged_after = None  # the oldest iteration newer than the resume point with a damaged artifact
     for iteration in reversed(checkpoints.sealed_iterations()):
@@ -128,11 +130,17 @@ def find_resume_point(
     for incomplete in weights.incomplete():
         weights.remove(incomplete)
         notes.append(f"removed {incomplete} (a weight version killed before its manifest)")
-    pointer = weights.pointer()
-    if weights.pointer_damaged() or (pointer is not None and pointer not in weights.versions()):
-        newest = max(weights.versions(), default=None)
+    # LATEST names the newest complete version (a manifest is written last); anything else is repaired
+    pointer, newest = weights.pointer(), max(weights.versions(), default=None)
+    if pointer != newest:
+        if weights.pointer_damaged():
+            why = "was not a version number"
+        elif pointer is None:
+            why = "was missing"
+        else:
+            gone = pointer not in weights.versions()
+            why = f"pointed at {pointer}, " + ("a version that is gone" if gone else "not the newest")
         weights.repoint(newest)
-        why = "was not a version number" if weights.pointer_damaged() else "pointed at a version that is gone"
         notes.append(f"LATEST {why}; now {newest}")
 
     point.refresh = damaged_after is not None

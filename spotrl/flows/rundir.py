@@ -16,15 +16,14 @@ import yaml
 
 from spotrl.config import ConfigError, RunConfig, config_diff
 from spotrl.storage.atomic import atomic_write_text
-from spotrl.storage.checkpoints import CheckpointStore
 from spotrl.storage.lease import LeaseHeld, object_lease
 from spotrl.storage.paths import AnyPath, RemotePath, StorageError, as_path, check_reachable
 from spotrl.storage.records import damaged_records as damaged_records  # the run directory's records, re-exported
 from spotrl.storage.records import read_record as read_record
 from spotrl.storage.records import read_records as read_records
+from spotrl.storage.records import rebuild_jsonl
 from spotrl.storage.records import record_exists as record_exists
 from spotrl.storage.records import write_record as write_record
-from spotrl.storage.weights import WeightStore, WeightStoreError
 
 
 class RunDirError(RuntimeError):
@@ -47,7 +46,7 @@ def prepare(run_dir: str | AnyPath, config: RunConfig) -> AnyPath:
         diff = config_diff(existing, config)
         if diff:
             raise RunDirError(
-                f"{run_dir} holds a run with another config (differing keys: {', '.join(diff)}); "
+                f"{run_dir} holds a run with another config (differing keys: {', '.join(diff)}; in {path}); "
                 "use another --run-dir, or the same config to resume"
             )
         return run_dir
@@ -64,6 +63,9 @@ def _check_recorded_config(run_dir: AnyPath, config: RunConfig) -> None:
     """Without config.yaml, the run's checkpoints and weight versions still say which config made
     them: refuse another one before config.yaml is written again (a resume under another config
     would silently train the rest of the run under it)."""
+    from spotrl.storage.checkpoints import CheckpointStore  # orbax and JAX: only when config.yaml is missing
+    from spotrl.storage.weights import WeightStore, WeightStoreError
+
     checkpoints = run_dir / "checkpoints"
     recorded = CheckpointStore(checkpoints).recorded_config() if checkpoints.exists() else None
     if recorded is not None:
@@ -88,6 +90,13 @@ def _check_recorded_config(run_dir: AnyPath, config: RunConfig) -> None:
                 f"{weights.version_dir(version)} was published under another config (digest {digest}, this one is "
                 f"{config.digest()}) and config.yaml is missing; use another --run-dir, or the run's config"
             )
+
+
+def rebuild_records(run_dir: AnyPath) -> None:
+    """metrics.jsonl and eval.jsonl made again from the per-iteration records (a damaged or missing
+    .jsonl is a view that is rebuilt, never read by a resume)."""
+    for kind in ("metrics", "eval"):
+        rebuild_jsonl(run_dir, kind)
 
 
 def read_config(run_dir: str | AnyPath) -> RunConfig:

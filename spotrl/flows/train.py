@@ -144,6 +144,7 @@ def _run(config: RunConfig, run_path: AnyPath, guard: PreemptionGuard, fleet: Ro
     point = find_resume_point(run_path, config, ctx.checkpoints, ctx.weights)
     for note in point.notes:
         say(f"recovery: {note}")
+    rundir.rebuild_records(run_path)  # metrics.jsonl and eval.jsonl are views of the per-iteration records
     stages = Stages(config, run_path, refresh=point.refresh)
 
     if point.iteration is None:

@@ -19,7 +19,6 @@ run plans as an uninterrupted one does.
 from __future__ import annotations
 
 import heapq
-import json
 from collections.abc import Sequence
 
 import numpy as np
@@ -28,6 +27,7 @@ from spotrl.config import RolloutConfig
 from spotrl.storage.atomic import atomic_write_json
 from spotrl.storage.parquet import read_frame
 from spotrl.storage.paths import AnyPath, as_path
+from spotrl.storage.records import read_json
 from spotrl.storage.rollouts import iteration_dir
 
 LengthRecord = dict[str, tuple[int, int]]  # prompt id -> (completions seen, their total length)
@@ -94,7 +94,7 @@ def _record_path(run_dir: AnyPath, iteration: int) -> AnyPath:
 
 
 def _load(path: AnyPath) -> LengthRecord:
-    return {k: (v[0], v[1]) for k, v in json.loads(path.read_text())["prompts"].items()}
+    return {k: (v[0], v[1]) for k, v in read_json(path, keys=("prompts",))["prompts"].items()}
 
 
 def length_record(run_dir: AnyPath, through: int) -> LengthRecord:

@@ -85,10 +85,15 @@ def _iteration_file(run_dir: str | AnyPath, kind: str, iteration: int) -> AnyPat
 
 def write_record(run_dir: str | AnyPath, kind: str, iteration: int, record: dict) -> None:
     """Write RUN/<kind>/iter_N.json and rebuild RUN/<kind>.jsonl from all records, in order."""
-    run_dir = as_path(run_dir)
-    folder = run_dir / kind
     atomic_write_json(_iteration_file(run_dir, kind, iteration), record)
-    write_jsonl(run_dir / f"{kind}.jsonl", [read_json(p) for p in sorted(folder.glob("iter_*.json"))])
+    rebuild_jsonl(run_dir, kind)
+
+
+def rebuild_jsonl(run_dir: str | AnyPath, kind: str) -> None:
+    """RUN/<kind>.jsonl made again from RUN/<kind>/iter_N.json (not created when there are none)."""
+    files, path = record_files(run_dir, kind), as_path(run_dir) / f"{kind}.jsonl"
+    if files or path.exists():
+        write_jsonl(path, [read_json(files[i]) for i in sorted(files)])
 
 
 def record_exists(run_dir: str | AnyPath, kind: str, iteration: int) -> bool:

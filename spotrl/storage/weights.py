@@ -190,11 +190,14 @@ class WeightStore:
     def manifest(self, version: int) -> dict:
         where = self._where(f"v{version:06d}", MANIFEST)
         try:
-            return parse_json(self._read(f"v{version:06d}", MANIFEST), where, keys=("version", "sha256"))
+            manifest = parse_json(self._read(f"v{version:06d}", MANIFEST), where, keys=("version", "sha256"))
         except FileNotFoundError:
             raise WeightStoreError(f"weight version {version} not found at {where}") from None
         except RecordError as err:
             raise WeightStoreError(f"damaged manifest: {err}") from None
+        if manifest["version"] != version:
+            raise WeightStoreError(f"damaged manifest: {where}: it is version {manifest['version']}'s")
+        return manifest
 
     def ref(self, version: int) -> dict:
         """The reference the flow passes around for a published version (a Prefect cache-key input)."""

@@ -6,14 +6,19 @@ in this process against the session's Prefect server.
 
 import json
 import shutil
+import socket
+import subprocess
+import sys
 
+import damage_matrix  # tests/flows/damage_matrix.py
 import pytest
 from support import TINY_OVERRIDES
 
 from spotrl.chaos import strip_timing
+from spotrl.cli.main import main
 from spotrl.configs import build_config
 from spotrl.flows import rundir
-from spotrl.flows.resume import find_resume_point
+from spotrl.flows.resume import find_resume_point, seed_from_warm_start
 from spotrl.storage.checkpoints import CheckpointStore
 from spotrl.storage.damaged import damaged_log
 from spotrl.storage.records import read_jsonl
@@ -156,10 +161,162 @@ def test_checkpoint_metadata_holds_the_whole_run_state(finished, config):
     assert meta["rng"]["iteration"] == ITERATIONS + 1 and len(meta["rng"]["rollout"]) == 2
 
 
+def _hold_lock(run_dir):
+    """Another process holding RUN/.lock (as a training run does) until the returned process is killed."""
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from spotrl.flows import rundir\n"
+            "with rundir.exclusive(sys.argv[1]):\n    print('held', flush=True); time.sleep(600)",
+            str(run_dir),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdout.readline().strip() == "held"
+    return holder
+
+
 def test_a_run_directory_is_trained_by_one_process_at_a_time(tmp_path):
-    with rundir.exclusive(tmp_path):
-        with pytest.raises(rundir.RunDirError, match=f"being trained by pid {__import__('os').getpid()}"):
+    holder = _hold_lock(tmp_path)
+    try:
+        with pytest.raises(rundir.RunDirError, match=f"being trained by pid {holder.pid} on"):
             with rundir.exclusive(tmp_path):
                 pass
-    with rundir.exclusive(tmp_path):  # released on exit
-        pass
+    finally:
+        holder.kill()
+        holder.wait()
+    with rundir.exclusive(tmp_path):  # released when its holder died
+        with rundir.exclusive(tmp_path):  # and this process may take it again inside (the CLI, then the flow)
+            pass
+
+
+def test_a_second_warm_started_run_on_a_busy_directory_is_refused_before_it_seeds(finished, tmp_path, capsys):
+    run_dir = tmp_path / "new"
+    holder = _hold_lock(run_dir)  # the first `train --warm-start-from` on this new directory
+    try:
+        code = main(["train", "--config", "smoke", "--set", f"iterations={ITERATIONS}",
+                     "--warm-start-from", str(finished), "--run-dir", str(run_dir)])  # fmt: skip
+    finally:
+        holder.kill()
+        holder.wait()
+    err = capsys.readouterr().err.strip()
+    busy = f"{run_dir} is being trained by pid {holder.pid} on {socket.gethostname()}; wait for it to end"
+    assert code == 2 and err == f"spotrl: error: {busy} or stop it first"
+    assert sorted(p.name for p in run_dir.iterdir()) == [".lock"]  # nothing seeded, nothing written
+
+
+def test_a_finished_run_longer_than_checkpoint_keep_still_seeds_a_warm_start(finished, config, tmp_path):
+    assert ITERATIONS > config.checkpoint.keep
+    assert CheckpointStore(finished / "checkpoints").sealed_iterations()[0] == 0  # the warm start is never pruned
+    run_dir = tmp_path / "new"
+    seed_from_warm_start(run_dir, config, finished)
+    point = find_resume_point(
+        run_dir, config, CheckpointStore(run_dir / "checkpoints"), WeightStore(run_dir / "weights")
+    )
+    assert point.iteration == 0 and point.weights is not None
+
+
+def test_a_resume_under_another_config_is_refused_whatever_files_are_missing(finished, config, tmp_path, capsys):
+    run_dir = _copy(finished, tmp_path)
+    (run_dir / "config.yaml").unlink()
+    code = main(["train", "--config", "smoke", "--set", f"iterations={ITERATIONS}",
+                 "--set", "optimizer.learning_rate=0.001", "--run-dir", str(run_dir)])  # fmt: skip
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert "differing keys: optimizer.learning_rate; recorded in checkpoint 4, config.yaml is missing" in err[0]
+    assert not (run_dir / "config.yaml").exists()  # nothing written
+
+    other = config.model_copy(update={"seed": 1})
+    shutil.rmtree(run_dir / "checkpoints")  # the weight versions still say which config made them
+    with pytest.raises(rundir.RunDirError, match=r"weights/v0000\d\d was published under another config"):
+        rundir.prepare(run_dir, other)
+    copy = _copy(finished, tmp_path / "b")
+    with pytest.raises(rundir.RunDirError, match=r"iter_000004 was made under another config .*differing keys: seed"):
+        find_resume_point(copy, other, CheckpointStore(copy / "checkpoints"), WeightStore(copy / "weights"))
+
+    rundir.prepare(run_dir, config)  # the run's own config: config.yaml is written again
+    assert rundir.read_config(run_dir) == config
+
+
+def test_a_damaged_curated_split_is_made_again_and_the_run_resumes_after_its_last_checkpoint(
+    finished, config, tmp_path
+):
+    run_dir = _copy(finished, tmp_path)
+    _interrupt_last_iteration(run_dir)
+    split = run_dir / "data" / "train.parquet"
+    data = bytearray(split.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    split.write_bytes(bytes(data))
+    seals = {i: CheckpointStore(run_dir / "checkpoints").seal_path(i).stat().st_mtime_ns for i in (0, ITERATIONS - 1)}
+
+    _resume(run_dir, config)
+    _assert_same(run_dir, finished)
+    assert [e["path"] for e in damaged_log(run_dir)] == ["data"]
+    assert (run_dir / "data" / "manifest.json").read_bytes() == (finished / "data" / "manifest.json").read_bytes()
+    assert {
+        i: CheckpointStore(run_dir / "checkpoints").seal_path(i).stat().st_mtime_ns for i in seals
+    } == seals  # not redone
+
+
+def test_garbage_in_latest_a_seal_and_a_manifest_is_set_right_by_one_rerun(finished, config, tmp_path, capsys):
+    run_dir = _copy(finished, tmp_path)
+    (run_dir / "weights" / "LATEST").write_bytes(b"\xff\xfegarbage")
+    assert main(["digest", "--run-dir", str(run_dir)]) == 0  # readers take the newest version on disk
+    assert capsys.readouterr().out.strip() == WeightStore(finished / "weights").verified_digest()
+    assert main(["eval", "--run-dir", str(run_dir)]) == 0
+    assert capsys.readouterr().out.startswith(f"weights v{ITERATIONS}: pass@1 ")
+
+    store = CheckpointStore(run_dir / "checkpoints")
+    store.seal_path(ITERATIONS).write_text("{garbage")
+    WeightStore(run_dir / "weights").version_dir(ITERATIONS).joinpath("manifest.json").write_bytes(b"")
+    _resume(run_dir, config)
+    _assert_same(run_dir, finished)
+    assert sorted(e["path"] for e in damaged_log(run_dir)) == [
+        f"checkpoints/iter_{ITERATIONS:06d}",
+        f"checkpoints/iter_{ITERATIONS:06d}.sealed.json",
+        f"weights/v{ITERATIONS:06d}",
+    ]
+    assert (run_dir / "weights" / "LATEST").read_text() == f"{ITERATIONS}\n"
+    store.verify(ITERATIONS)
+
+
+def _interrupt_last_iteration(run_dir):
+    """As if killed during the last iteration: its checkpoint, weight version and records are not there."""
+    store = CheckpointStore(run_dir / "checkpoints")
+    shutil.rmtree(store.path(ITERATIONS))
+    store.seal_path(ITERATIONS).unlink()
+    weights = WeightStore(run_dir / "weights")
+    shutil.rmtree(weights.version_dir(ITERATIONS))
+    weights.repoint(ITERATIONS - 1)
+    for kind in ("metrics", "eval"):
+        (run_dir / kind / f"iter_{ITERATIONS:06d}.json").unlink()
+
+
+@pytest.fixture(scope="module")
+def other(config, tmp_path_factory):
+    return damage_matrix.other_run(config, tmp_path_factory.mktemp("other") / "run")
+
+
+CELLS = [(name, how) for name, row in damage_matrix.MATRIX.items() for how in row]
+
+
+@pytest.mark.parametrize("name, how", CELLS, ids=[f"{name}-{how}" for name, how in CELLS])
+def test_damage_matrix_what_a_resume_decides(finished, other, config, tmp_path, name, how):
+    assert damage_matrix.LAST == ITERATIONS
+    run_dir = _copy(finished, tmp_path)
+    damage_matrix.damage(run_dir, name, how, other)
+    decided = damage_matrix.decide(run_dir, config)
+    expected = damage_matrix.MATRIX[name][how]
+    if isinstance(expected, damage_matrix.Refused):
+        assert isinstance(decided, damage_matrix.Refused) and expected.names in decided.names, decided
+        assert len(decided.names.splitlines()) == 1
+        return
+    assert decided == expected
+    assert rundir.read_config(run_dir) == config  # config.yaml is there (written again when it was missing)
+    for view in ("metrics.jsonl", "eval.jsonl"):  # rebuilt from the per-iteration records
+        kept = [r for r in read_jsonl(finished / view) if r["iteration"] <= decided.after]
+        assert read_jsonl(run_dir / view) == kept
+    weights = WeightStore(run_dir / "weights")
+    assert weights.pointer() == max(weights.versions())  # LATEST names the newest complete version
