@@ -24,7 +24,9 @@ def _pairs(values: list[str], flag: str, sep: str = "=") -> list[tuple[str, str]
 
 def build_specs(args):
     """(sources, eval sources, options) from the parsed arguments; ValueError names the bad argument."""
+    from spotrl.config import RunConfig
     from spotrl.curation.pipeline import CurateOptions
+    from spotrl.curation.prompt_limit import PromptLimit
     from spotrl.curation.sources import SourceSpec, parse_source_arg
 
     named = [parse_source_arg(a) for a in args.sources]
@@ -49,6 +51,14 @@ def build_specs(args):
         if name not in names:
             raise ValueError(f"no source named {name!r} (sources: {', '.join(sorted(names))})")
     spec = lambda name, path: SourceSpec(name, path, mappings[name], split=splits.get(name))  # noqa: E731
+    if args.max_prompt_tokens is not None and args.max_prompt_tokens <= 0:
+        raise ValueError(f"--max-prompt-tokens {args.max_prompt_tokens}: must be at least 1")
+    default = PromptLimit.of_run(RunConfig())
+    limit = PromptLimit(
+        default.tokens if args.max_prompt_tokens is None else args.max_prompt_tokens,
+        f"the default run config's {default.why}" if args.max_prompt_tokens is None else "--max-prompt-tokens",
+        args.tokenizer,
+    )
     options = CurateOptions(
         seed=args.seed,
         ngram=args.ngram,
@@ -56,6 +66,7 @@ def build_specs(args):
         eval_size=args.eval_size,
         total=args.total,
         weights=weights,
+        prompt_limit=limit,
     )
     return [spec(n, p) for n, p in named], [spec(n, p) for n, p in eval_named], options
 

@@ -124,6 +124,18 @@ def _parser() -> argparse.ArgumentParser:
     )
     curate.add_argument("--eval-size", type=int, help="rows in the eval split (instead of --eval-fraction)")
     curate.add_argument("--total", type=int, help="rows after mixing (default: as many as the weights allow)")
+    curate.add_argument(
+        "--max-prompt-tokens",
+        type=int,
+        help="quarantine rows whose prompt takes more tokens (default: what the default run config leaves a "
+        "prompt, model.max_position_embeddings minus rollout.max_new_tokens)",
+    )
+    curate.add_argument(
+        "--tokenizer",
+        metavar="DIR",
+        help="count prompt tokens as a run with model.path=DIR does (its tokenizer.json, through its chat "
+        "template); default: one per character, the built-in model's",
+    )
     curate.add_argument("--force", action="store_true", help="curate again even if DIR is up to date")
     curate.add_argument("--json", action="store_true", help="print the counts as one JSON object")
 

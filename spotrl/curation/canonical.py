@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 
 import pandas as pd
 
@@ -77,13 +78,18 @@ def _json(value) -> str:
 
 
 def canonicalize(
-    raw: RawSource, require: str | None = None, alphabet: str | None = None, reference_is_text: bool = True
+    raw: RawSource,
+    require: str | None = None,
+    alphabet: str | None = None,
+    reference_is_text: bool = True,
+    too_long: Callable[[str], str | None] | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, int]]:
     """(valid canonical rows, quarantined rows, {problem kind: rows}) of one source.
 
     For the run's problem (`spotrl.problems.Problem`): `require` names the field its verifier needs
     ("answer" or "tests": its `reference_field`), and `alphabet` the characters its tokenizer can
-    encode (prompt, and an answer checked as text unless `reference_is_text` is False)."""
+    encode (prompt, and an answer checked as text unless `reference_is_text` is False). `too_long`
+    says why a prompt does not fit the model's context, or None (`PromptLimit.checker`)."""
     spec, fields = raw.spec, resolve_mapping(raw)
     used = set(fields.values())
     rows, index = [], []
@@ -107,7 +113,7 @@ def canonicalize(
     for row, record in zip(index, rows):
         if row in problems:  # already quarantined: one reason is enough
             continue
-        for field, problem in _unusable_for_problem(record, require, alphabet, reference_is_text):
+        for field, problem in _unusable_for_problem(record, require, alphabet, reference_is_text, too_long):
             problems.setdefault(row, {}).setdefault(field, problem)
     raw_text = {}
     for row, field, problem, text in raw.errors:
@@ -139,14 +145,21 @@ def canonicalize(
     return good, quarantine, kinds
 
 
-def _unusable_for_problem(record: dict, require: str | None, alphabet: str | None, reference_is_text: bool = True):
-    """(field, problem) of a row the run's problem cannot train on: no reference for its verifier, or text its
-    tokenizer cannot encode."""
+def _unusable_for_problem(
+    record: dict, require: str | None, alphabet: str | None, reference_is_text: bool = True, too_long=None
+):
+    """(field, problem) of a row the run's problem cannot train on: no reference for its verifier, text its
+    tokenizer cannot encode, or a prompt longer than the model's context leaves room for."""
     if require and not (isinstance(record[require], str) and record[require].strip()):
         yield require, "missing (the problem's verifier needs it)"
+    unencodable = set()
     if alphabet:
         for field in ("prompt", "answer") if require == "answer" and reference_is_text else ("prompt",):
             value = record[field]
             if isinstance(value, str) and (outside := sorted(set(value) - set(alphabet))):
                 shown = ", ".join(repr(c) for c in outside[:5]) + (", ..." if len(outside) > 5 else "")
                 yield field, f"characters not in the problem's tokenizer alphabet ({shown})"
+                unencodable.add(field)
+    # one problem with the prompt is enough: an unencodable one is not counted
+    if too_long is not None and "prompt" not in unencodable and (problem := too_long(record["prompt"])) is not None:
+        yield "prompt", problem

@@ -1,7 +1,7 @@
 """Curation end to end: sources in, a clean, deduplicated, decontaminated, mixed and split dataset out.
 
-    read -> canonical schema (bad rows -> quarantine) -> exact/normalised dedup
-         -> decontaminate against the held-out eval set -> mix by weight -> train/eval split
+    read -> canonical schema, the problem's checks, the prompt's length (bad rows -> quarantine)
+         -> exact/normalised dedup -> decontaminate against the held-out eval set -> mix by weight -> train/eval split
          -> write (manifest last)
 
 The train and eval splits share no prompt, exactly or after normalisation (dedup runs first). They
@@ -25,6 +25,7 @@ from spotrl.curation.canonical import QUARANTINE_COLUMNS, canonicalize
 from spotrl.curation.decontam import NgramIndex, decontaminate
 from spotrl.curation.dedup import REMOVED_COLUMNS, drop_duplicates
 from spotrl.curation.mixing import mix, split
+from spotrl.curation.prompt_limit import PromptLimit
 from spotrl.curation.schema import CANONICAL_COLUMNS
 from spotrl.curation.sources import SourceError, SourceSpec, read_source
 
@@ -40,6 +41,7 @@ class CurateOptions:
     require: str | None = None  # the field a training problem's verifier needs ("answer" or "tests")
     alphabet: str | None = None  # the characters its tokenizer encodes; rows with others are quarantined
     reference_is_text: bool = True  # the answer is checked against the alphabet too (not a JSON reference)
+    prompt_limit: PromptLimit | None = None  # rows whose prompt takes more tokens are quarantined
 
 
 def curate(
@@ -63,9 +65,10 @@ def curate(
     if not force and (done := mf.up_to_date(out, inputs_sha256)) is not None:
         return {**done["summary"], "up_to_date": True}
 
+    too_long = options.prompt_limit.checker() if options.prompt_limit is not None else None
     per_source, goods, quarantines, reasons = {}, [], [], {}
     for raw in raws:
-        good, bad, kinds = canonicalize(raw, options.require, options.alphabet, options.reference_is_text)
+        good, bad, kinds = canonicalize(raw, options.require, options.alphabet, options.reference_is_text, too_long)
         goods.append(good)
         quarantines.append(bad.assign(role="train"))
         for kind, n in kinds.items():

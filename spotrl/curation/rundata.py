@@ -4,7 +4,8 @@ With `curation.sources`, or a generated problem (`Problem.generated`: reasoning_
 whose rows are written as JSONL sources under RUN/curation/generated/ first), the pipeline
 (pipeline.py) writes its product to RUN/curation/ (canonical splits, removed rows, the manifest
 with the summary and the hash of the inputs), the rows that fail go to RUN/quarantine.parquet with
-the reason, and RUN/data gets the prompt rows the trainer reads (`Problem.run_rows`). The
+the reason (a prompt longer than `model.max_position_embeddings - rollout.max_new_tokens` tokens
+among them), and RUN/data gets the prompt rows the trainer reads (`Problem.run_rows`). The
 held-out split has `problem.eval_size` rows; the rest is training data.
 
 `inputs_sha256` is what the flow's curate task caches on, next to its inputs: the content of every
@@ -21,6 +22,7 @@ from pathlib import Path
 from spotrl.curation.manifest import load_curated
 from spotrl.curation.pipeline import CurateOptions, curate
 from spotrl.curation.pipeline import inputs_sha256 as pipeline_inputs_sha256
+from spotrl.curation.prompt_limit import PromptLimit
 from spotrl.curation.schema import to_dataset
 from spotrl.curation.sources import SourceError, SourceSpec
 from spotrl.curation.store import SPLITS, save_splits
@@ -58,6 +60,7 @@ def curate_options(config, generated: list[GeneratedSource] = ()) -> CurateOptio
         require=problem.reference_field,
         alphabet=problem.alphabet,
         reference_is_text=problem.reference_is_text,
+        prompt_limit=PromptLimit.of_run(config),
     )
 
 

@@ -52,6 +52,11 @@ class CharTokenizer:
                 out.append(self.alphabet[i - 3] if i - 3 < len(self.alphabet) else "\ufffd")
         return "".join(out)
 
+    def prompt_tokens(self, text: str) -> int:
+        """The tokens `text` takes as a prompt (BOS and one per character; a character outside the
+        alphabet counts too, encoding it would fail)."""
+        return len(text) + 1
+
     def encode_batch_left_padded(self, texts: list[str], length: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Prompts with BOS, left-padded to `length` (default: the longest): tokens and validity mask."""
         encoded = [self.encode(t, bos=True) for t in texts]

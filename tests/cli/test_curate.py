@@ -201,6 +201,27 @@ def test_curate_mixes_by_weight(files, capsys):
     assert s["not_sampled"] == 3 and s["kept"] == 6
 
 
+def test_curate_quarantines_prompts_longer_than_the_limit(tmp_path, capsys):
+    rows = [{"prompt": f"What is {i} + {i}?", "answer": str(2 * i)} for i in range(4)]
+    rows += [{"prompt": "x" * 40_000, "answer": "1"}, {"prompt": "y" * 60, "answer": "1"}]
+    (tmp_path / "qa.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    args = ["curate", str(tmp_path / "qa.jsonl"), "--eval-size", "1", "--json"]
+    # by default the limit is what the default run config leaves a prompt, counted one token per character
+    assert main(args + ["--out", str(tmp_path / "default")]) == 0
+    assert json.loads(capsys.readouterr().out)["quarantine_reasons"] == {"prompt: too long for the model's context": 1}
+    assert pd.read_parquet(tmp_path / "default" / "quarantine.parquet")["reason"].tolist() == [
+        "row 4: field 'prompt': too long for the model's context (40,001 tokens; it allows 32,760: the default run "
+        "config's model.max_position_embeddings 32,768 minus rollout.max_new_tokens 8)"
+    ]
+    assert main(args + ["--out", str(tmp_path / "tight"), "--max-prompt-tokens", "50"]) == 0
+    assert json.loads(capsys.readouterr().out)["train"] == 3
+    reasons = pd.read_parquet(tmp_path / "tight" / "quarantine.parquet")["reason"].tolist()
+    assert (
+        reasons[1]
+        == "row 5: field 'prompt': too long for the model's context (61 tokens; it allows 50: --max-prompt-tokens)"
+    )
+
+
 def test_curate_errors(files, capsys):
     assert main(["curate", str(files / "math.jsonl"), "--out", str(files / "o"), "--map", "math.questoin=prompt"]) == 2
     assert "no column 'questoin'" in capsys.readouterr().err
@@ -208,6 +229,10 @@ def test_curate_errors(files, capsys):
     assert "no source named 'gsm8k'" in capsys.readouterr().err
     assert main(["curate", str(files / "nope.jsonl"), "--out", str(files / "o")]) == 2
     assert "does not exist" in capsys.readouterr().err
+    assert main(["curate", str(files / "math.jsonl"), "--out", str(files / "o"), "--max-prompt-tokens", "0"]) == 2
+    assert "--max-prompt-tokens 0: must be at least 1" in capsys.readouterr().err
+    assert main(["curate", str(files / "math.jsonl"), "--out", str(files / "o"), "--tokenizer", str(files)]) == 2
+    assert f"{files / 'tokenizer.json'}: missing file" in capsys.readouterr().err
     (files / "bad.jsonl").write_text("{oops\n" + json.dumps({"prompt": "", "answer": "1"}) + "\n")
     assert main(["curate", str(files / "bad.jsonl"), "--out", str(files / "o")]) == 1  # nothing kept
     assert pd.read_parquet(files / "o" / "quarantine.parquet")["row"].tolist() == [0, 1]

@@ -89,6 +89,24 @@ def test_sources_become_the_run_data_with_bad_rows_quarantined(tmp_path, tiny_co
     )
 
 
+def test_a_prompt_longer_than_the_context_leaves_is_quarantined_naming_the_config_keys(tmp_path, tiny_config):
+    from spotrl.curation.rundata import prepare
+
+    src = write_sources(tmp_path / "src")
+    with (src / "a.jsonl").open("a") as f:  # line 11: 101 characters, 102 tokens with BOS
+        f.write(json.dumps({"q": "0001+" * 20 + "=", "a": "20"}) + "\n")
+    overrides = source_overrides(src) + ["model.max_position_embeddings=64", "rollout.max_new_tokens=8"]
+    ref = prepare(build_config(tiny_config.model_dump(mode="json"), overrides), tmp_path / "run")
+    assert ref["quarantine_reasons"]["prompt: too long for the model's context"] == 1
+    quarantine = read_frame(tmp_path / "run" / "quarantine.parquet")
+    assert quarantine["row"].tolist() == [4, 5, 6, 11]  # the others as without a limit (the test above)
+    assert quarantine["reason"].tolist()[3] == (
+        "row 11: field 'prompt': too long for the model's context (102 tokens; it allows 56: "
+        "model.max_position_embeddings 64 minus rollout.max_new_tokens 8)"
+    )
+    assert ref["rows"] == {"train": 8, "eval": 2}
+
+
 def test_source_config_errors_name_the_key(tmp_path, tiny_config):
     base = tiny_config.model_dump(mode="json")
     with pytest.raises(ConfigError, match="curation.sources.0.weight"):

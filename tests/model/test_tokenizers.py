@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from spotrl.model.tokenizers import CharTokenizer
+from spotrl.model.tokenizers import BucketedCharTokenizer, CharTokenizer
 
 
 def test_roundtrip_and_special_ids():
@@ -29,3 +29,11 @@ def test_unknown_character_is_named():
 def test_ids_beyond_alphabet_decode_to_replacement():
     tok = CharTokenizer()
     assert tok.decode([tok.vocab_size]) == "\ufffd"
+
+
+@pytest.mark.parametrize("cls", [CharTokenizer, BucketedCharTokenizer])
+def test_prompt_tokens_is_what_a_prompt_encodes_to_before_padding(cls):
+    tok = cls()
+    for text in ["1+2=", "", "0123456789" * 20]:
+        assert tok.prompt_tokens(text) == int(tok.encode_batch_left_padded([text])[1].sum())
+    assert tok.prompt_tokens("x" * 1000) == 1001  # counted, not encoded: the alphabet is curation's check

@@ -82,6 +82,23 @@ def test_prompts_outside_the_alphabet_are_quarantined(tmp_path):
     assert all("tokenizer alphabet" in reason for reason in quarantine["reason"])
 
 
+def test_prompts_longer_than_the_context_leaves_are_quarantined(config, tmp_path):
+    from spotrl.curation.rundata import prepare
+    from spotrl.storage.parquet import read_frame
+
+    records = [r for s in get_problem("reasoning_gym").generated(config.problem, config.seed) for r in s.records]
+    tokens = sorted(len(r["prompt"]) + 1 for r in records)  # the built-in tokenizer: BOS + characters
+    limit = tokens[len(tokens) // 2]
+    context = limit + config.rollout.max_new_tokens
+    ref = prepare(build_config(None, BASE + [DATASETS, f"model.max_position_embeddings={context}"]), tmp_path)
+    too_long = sum(t > limit for t in tokens)
+    assert 0 < too_long and ref["quarantine_reasons"] == {"prompt: too long for the model's context": too_long}
+    assert all(
+        f"it allows {limit}: model.max_position_embeddings {context}" in reason
+        for reason in read_frame(tmp_path / "quarantine.parquet")["reason"]
+    )
+
+
 @pytest.mark.parametrize(
     "datasets, key, message",
     [

@@ -242,9 +242,7 @@ def load_tokenizer(cfg: ModelConfig, builtin=None):
         return builtin or CharTokenizer()
     from spotrl.model.hf.tokenizer import HFTokenizer
 
-    tokenizer = HFTokenizer.from_pretrained(cfg.path)
-    tokenizer.chat_prompts = cfg.chat_template and tokenizer.has_chat_template
-    return tokenizer
+    return HFTokenizer.for_prompts(cfg.path, cfg.chat_template)
 
 
 def check_checkpoint(cfg: ModelConfig):

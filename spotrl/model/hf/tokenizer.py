@@ -15,7 +15,9 @@ environment as transformers' `apply_chat_template` (trim_blocks, lstrip_blocks, 
 
 from __future__ import annotations
 
+import functools
 import json
+import unicodedata
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
@@ -174,6 +176,14 @@ class HFTokenizer:
             source=str(path),
         )
 
+    @classmethod
+    def for_prompts(cls, path: str, chat_template: bool = True) -> HFTokenizer:
+        """The tokenizer a run with `model.path` = `path` encodes prompts with: through the checkpoint's
+        chat template when `chat_template` (`model.chat_template`) and it has one."""
+        tokenizer = cls.from_pretrained(path)
+        tokenizer.chat_prompts = chat_template and tokenizer.has_chat_template
+        return tokenizer
+
     @property
     def vocab_size(self) -> int:
         return self._tok.get_vocab_size(with_added_tokens=True)
@@ -203,9 +213,57 @@ class HFTokenizer:
     def encode_batch_left_padded(self, texts: list[str], length: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Prompts (see encode_prompt; through `chat_prompt` when `chat_prompts` is set), left-padded to
         `length` (default: the longest): tokens and validity mask."""
-        render = self.chat_prompt if self.chat_prompts else (lambda t: t)
-        encoded = [self.encode_prompt(render(t)) for t in texts]
-        return left_pad(encoded, texts, self.pad_id, length)
+        return left_pad([self._prompt_ids(t) for t in texts], texts, self.pad_id, length)
+
+    def _rendered(self, text: str) -> str:
+        return self.chat_prompt(text) if self.chat_prompts else text
+
+    def _prompt_ids(self, text: str) -> list[int]:
+        return self.encode_prompt(self._rendered(text))
+
+    def prompt_tokens(self, text: str) -> int:
+        """The tokens `text` takes as a prompt (what encode_batch_left_padded gives it, before padding)."""
+        return len(self._prompt_ids(text))
+
+    def min_prompt_tokens(self, text: str) -> int:
+        """A lower bound on prompt_tokens(text) found without tokenizing it (megabytes take seconds to
+        tokenize): for a byte-level BPE tokenizer (Qwen2, Llama 3) the rendered text's bytes over the
+        most bytes a token holds, since every byte is in exactly one token; 0 for any other tokenizer."""
+        if self._byte_level is None:
+            return 0
+        most, nfc = self._byte_level
+        rendered = self._rendered(text)
+        return -(-len((unicodedata.normalize("NFC", rendered) if nfc else rendered).encode()) // most)
+
+    @functools.cached_property
+    def _byte_level(self) -> tuple[int, bool] | None:
+        """(the most bytes one token holds, whether the text is NFC-normalised first) when every byte of
+        the text reaches exactly one token, else None."""
+        from tokenizers import pre_tokenizers
+
+        spec = json.loads(self._tok.to_str())
+        pre = spec.get("pre_tokenizer") or {}
+        steps = pre.get("pretokenizers", []) if pre.get("type") == "Sequence" else [pre]
+        # ByteLevel maps each byte to one vocabulary character; a Split that removes nothing only cuts
+        keeps_bytes = all(
+            s.get("type") == "ByteLevel" or (s.get("type") == "Split" and s.get("behavior") != "Removed") for s in steps
+        )
+        # with NFC the model sees the NFC text's bytes (normalising the pieces around a special token
+        # apart can only leave more of them: composing across the cut is all it skips)
+        normalizer = (spec.get("normalizer") or {}).get("type")
+        vocab = self._tok.get_vocab(with_added_tokens=False)
+        added = list(self._tok.get_added_tokens_decoder().values())
+        if not (
+            spec.get("model", {}).get("type") == "BPE"
+            and keeps_bytes
+            and any(s.get("type") == "ByteLevel" for s in steps)
+            and normalizer in (None, "NFC")
+            and vocab.keys() >= set(pre_tokenizers.ByteLevel.alphabet())  # no byte dropped as unknown
+            and not any(t.lstrip or t.rstrip for t in added)  # a special token that swallows whitespace
+        ):
+            return None
+        # a vocabulary entry has one character per byte; a special token matches its own text
+        return max([len(t) for t in vocab] + [len(t.content.encode()) for t in added]), normalizer == "NFC"
 
     # chat
 

@@ -1,5 +1,6 @@
 """HFTokenizer against transformers' AutoTokenizer on tokenizers built here: the same ids, the same
-chat template text and ids, stop tokens from generation_config.json, and the CharTokenizer interface."""
+chat template text and ids, stop tokens from generation_config.json, the CharTokenizer interface, and
+a prompt's token count with the cheap lower bound curation checks a prompt's length with first."""
 
 import json
 
@@ -10,7 +11,7 @@ tokenizers = pytest.importorskip("tokenizers")
 transformers = pytest.importorskip("transformers")
 
 from hf_fixtures import byte_level_bpe, write_qwen_tokenizer  # noqa: E402
-from tokenizers import Tokenizer, models, processors  # noqa: E402
+from tokenizers import AddedToken, Tokenizer, models, normalizers, pre_tokenizers, processors  # noqa: E402
 
 from spotrl.model.hf.config import CheckpointError  # noqa: E402
 from spotrl.model.hf.tokenizer import HFTokenizer  # noqa: E402
@@ -156,3 +157,48 @@ def test_missing_tokenizer_file_is_named(tmp_path):
     (tmp_path / "tokenizer_config.json").write_text(json.dumps({"eos_token": "a"}))
     with pytest.raises(CheckpointError, match="no chat template"):
         HFTokenizer.from_pretrained(str(tmp_path)).apply_chat_template([{"role": "user", "content": "x"}])
+
+
+# text whose byte count a tokenizer could shrink: whitespace runs, combining marks NFC composes
+# (e + U+0301, Hangul jamo), multi-byte characters, special tokens written in the text
+LENGTH_TEXTS = TEXTS + [" " * 300, "\n\n\t " * 40, "e\u0301" * 50, "\u1100\u1161\u11a8" * 30, "🙂東京" * 40]
+
+
+@pytest.fixture(scope="module")
+def nfc_like(tmp_path_factory):
+    """The Qwen-like tokenizer with Qwen2's NFC normalizer."""
+    path = tmp_path_factory.mktemp("nfc_tok")
+    tok = write_qwen_tokenizer(path)
+    tok.normalizer = normalizers.NFC()
+    tok.save(str(path / "tokenizer.json"))
+    return path
+
+
+@pytest.mark.parametrize("which", ["qwen_like", "llama_like", "nfc_like"])
+@pytest.mark.parametrize("chat", [True, False])
+def test_prompt_tokens_counts_the_encoded_prompt_and_min_prompt_tokens_never_exceeds_it(which, chat, request):
+    tok = HFTokenizer.for_prompts(str(request.getfixturevalue(which)), chat_template=chat)
+    assert tok.chat_prompts == chat
+    for text in LENGTH_TEXTS:
+        count = tok.prompt_tokens(text)
+        assert count == int(tok.encode_batch_left_padded([text])[1].sum()), text
+        assert tok.min_prompt_tokens(text) <= count, text
+    # byte-level BPE: the bound grows with the text (no token of these vocabularies is longer than
+    # "<|start_header_id|>", 19 bytes)
+    assert tok.min_prompt_tokens("The quick brown fox. " * 200) >= 4200 / 19
+
+
+def test_min_prompt_tokens_is_zero_where_text_can_vanish(tmp_path):
+    """Tokenizers that drop whitespace, or a special token that swallows it: no byte bound holds."""
+    tok = Tokenizer(models.WordLevel({"a": 0, "<unk>": 1, "</s>": 2}, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.save(str(tmp_path / "tokenizer.json"))
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"eos_token": "</s>"}))
+    words = HFTokenizer.from_pretrained(str(tmp_path))
+    assert words.prompt_tokens(" " * 100 + "a") == 1 and words.min_prompt_tokens(" " * 100 + "a") == 0
+
+    swallowing = byte_level_bpe([])
+    swallowing.add_special_tokens([AddedToken("</s>", rstrip=True)])
+    swallowing.save(str(tmp_path / "tokenizer.json"))
+    tok = HFTokenizer.from_pretrained(str(tmp_path))
+    assert tok.min_prompt_tokens("</s>" + " " * 100) == 0 and tok.prompt_tokens("</s>" + " " * 100) == 1
