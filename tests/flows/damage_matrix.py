@@ -100,7 +100,7 @@ MATRIX: dict[str, dict[str, Resumes | Refused]] = {
     },
     # an iteration's rollout shards are read only until it is complete; the interrupted iteration's
     # are checked against their content hash (test_altered_rollout_shard_of_the_interrupted_iteration...)
-    f"rollouts/iter_{LAST:06d}": dict.fromkeys(("missing", "elsewhere"), KEPT),
+    f"rollouts/iter_{LAST:06d}": dict.fromkeys(DAMAGES, KEPT),
     "prefect-results": dict.fromkeys(("missing",), KEPT),  # cache misses: the tasks run again
     "tensorboard": dict.fromkeys(("missing",), KEPT),  # made again from the records
     "report": dict.fromkeys(("missing",), KEPT),  # made again at the end
