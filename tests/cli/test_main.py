@@ -89,6 +89,14 @@ def test_a_garbage_run_config_is_one_line_naming_it(capsys, tmp_path, command):
     assert err.startswith(f"spotrl: error: {tmp_path / 'config.yaml'}:2:")
 
 
+@pytest.mark.parametrize("seconds", ["-5", "inf", "nan", "soon"])
+def test_a_grace_period_that_is_not_a_finite_duration_is_refused_at_parsing(capsys, seconds):
+    with pytest.raises(SystemExit) as stop:
+        main(["train", f"--grace-seconds={seconds}"])
+    assert stop.value.code == 2
+    assert "argument --grace-seconds:" in capsys.readouterr().err.splitlines()[-1]
+
+
 def test_bad_config_files_end_the_real_command_with_exit_2_and_one_line(tmp_path):
     """The exit-code contract end to end, in a process of its own as a user's shell runs it: a YAML
     syntax error in --config, and a run directory whose config.yaml is garbage."""
