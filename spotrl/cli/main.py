@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -11,6 +12,17 @@ from pathlib import Path
 from spotrl.storage.paths import as_path
 
 DEFAULT_RUN_DIR = "runs/tiny"
+
+
+def _seconds(text: str) -> float:
+    """A duration in seconds: a finite number >= 0 (argparse turns the error into exit 2)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= 0, got {text!r}")
+    return value
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -48,7 +60,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     train.add_argument(
         "--grace-seconds",
-        type=float,
+        type=_seconds,
         default=25.0,
         help="on SIGTERM, how long the running stage may take to finish before the process exits "
         "(default 25; spot VMs get about 30 s of notice)",

@@ -13,11 +13,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
 from spotrl.config import ConfigError, RunConfig
+from spotrl.configs.yaml_file import YamlProblem, parse, read_mapping
 from spotrl.model.hf.config import CheckpointError, resolve_model_config
+from spotrl.storage.paths import AnyPath
 
 PRESETS_DIR = Path(__file__).parent
 
@@ -34,6 +35,8 @@ def preset_path(name_or_path: str | Path) -> Path:
         return path
     if (PRESETS_DIR / f"{name_or_path}.yaml").is_file():
         return PRESETS_DIR / f"{name_or_path}.yaml"
+    if path.is_dir():  # `--config configs`: the reader says what it is rather than "no preset"
+        return path
     raise ConfigError(f"no preset {name_or_path!r}; shipped: {', '.join(presets())} (or give a path to a .yaml file)")
 
 
@@ -54,7 +57,11 @@ def parse_override(item: str) -> tuple[list[str], Any]:
     if "=" not in item:
         raise ConfigError(f"--set expects dotted.key=value, got {item!r}")
     key, raw = item.split("=", 1)
-    return key.strip().split("."), yaml.safe_load(raw)
+    try:
+        value = parse(raw)
+    except YamlProblem as problem:  # the position inside a one-line value says little: the override does
+        raise ConfigError(f"{key.strip()}: {problem.what} (from --set {item})") from None
+    return key.strip().split("."), value
 
 
 def build_config(data: dict | None = None, overrides: list[str] = ()) -> RunConfig:
@@ -93,12 +100,19 @@ def resolve(config: RunConfig) -> RunConfig:
 
 def _read_preset(name_or_path: str | Path) -> tuple[dict, Path]:
     path = preset_path(name_or_path)
-    if not path.is_file():
-        raise ConfigError(f"config file {path} does not exist")
-    data = yaml.safe_load(path.read_text()) or {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"config file {path} must hold a mapping, not {type(data).__name__}")
-    return data, path
+    return read_mapping(path), path
+
+
+def read_resolved_config(path: str | AnyPath) -> RunConfig:
+    """The resolved config a run directory holds (RUN/config.yaml), validated as written: every key is
+    there, so no checkpoint is read. Errors name the file (and the line where its YAML is wrong)."""
+    data = read_mapping(path)
+    if not data:
+        raise ConfigError(f"{path}: empty, not a run's config")
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(f"{path}: {_format(err)}") from None
 
 
 def load_config(name_or_path: str | Path | None = None, overrides: list[str] = ()) -> RunConfig:

@@ -25,9 +25,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow.parquet as pq
-import yaml
 
 from spotrl.config import FleetConfig, RunConfig
+from spotrl.configs import read_resolved_config
 from spotrl.fleet.fleet_model import FleetModel, Lengths, Market, Network, TrainerSpeed, WorkerSpeed, Workload
 from spotrl.fleet.simulator import simulate
 from spotrl.fleet.sizing import Objective
@@ -206,7 +206,7 @@ def calibrate(run_dir: str | AnyPath) -> Calibration:
     config_path = path / "config.yaml"
     if not config_path.exists():
         raise FileNotFoundError(f"{config_path} does not exist: not a run directory")
-    config = RunConfig.model_validate(yaml.safe_load(config_path.read_text()))
+    config = read_resolved_config(config_path)
     records = read_metrics(path)
     size = weight_bytes(path)
     measured = measure(records, config, network_for(config.fleet, size))

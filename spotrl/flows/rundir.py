@@ -14,7 +14,8 @@ import socket
 
 import yaml
 
-from spotrl.config import ConfigError, RunConfig, config_diff
+from spotrl.config import RunConfig, config_diff
+from spotrl.configs import read_resolved_config
 from spotrl.storage.atomic import atomic_write_text
 from spotrl.storage.lease import LeaseHeld, object_lease
 from spotrl.storage.paths import AnyPath, RemotePath, StorageError, as_path, check_reachable
@@ -103,10 +104,7 @@ def read_config(run_dir: str | AnyPath) -> RunConfig:
     path = as_path(run_dir) / "config.yaml"
     if not path.exists():
         raise RunDirError(f"{run_dir} is not a run directory: {path} does not exist")
-    try:
-        return RunConfig.model_validate(yaml.safe_load(path.read_text()))
-    except Exception as err:
-        raise ConfigError(f"{path}: {err}") from None
+    return read_resolved_config(path)
 
 
 @contextlib.contextmanager

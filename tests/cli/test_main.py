@@ -56,3 +56,60 @@ def test_output_into_a_closed_pipe_ends_without_a_traceback():
     done = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, timeout=300)
     assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr
     assert done.stderr.strip().splitlines()[-1] == "141"
+
+
+def _one_line(capsys, *argv) -> str:
+    err = _error(capsys, *argv)
+    assert err.count("\n") == 1, err
+    return err
+
+
+def test_a_config_file_that_is_not_yaml_is_one_line_naming_the_file_and_line(capsys, tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("seed: 1\nrollout:\n\tgroup_size: 4\n")
+    err = _one_line(capsys, "train", "--config", str(path), "--run-dir", str(tmp_path / "r"))
+    assert err.startswith(f"spotrl: error: {path}:3:1: not valid YAML: found character '\\t'")
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_directory_as_config_is_named_a_directory(capsys, tmp_path):
+    err = _one_line(capsys, "train", "--config", str(tmp_path), "--run-dir", str(tmp_path / "r"))
+    assert err == f"spotrl: error: config file {tmp_path} is a directory, not a YAML file\n"
+
+
+def test_an_override_that_is_not_yaml_names_the_override(capsys, tmp_path):
+    err = _one_line(capsys, "train", "--run-dir", str(tmp_path / "r"), "--set", "seed=[1")
+    assert err.startswith("spotrl: error: seed: not valid YAML: ") and err.endswith("(from --set seed=[1)\n")
+
+
+@pytest.mark.parametrize("command", [["eval"], ["train"]])
+def test_a_garbage_run_config_is_one_line_naming_it(capsys, tmp_path, command):
+    (tmp_path / "config.yaml").write_bytes(b"iterations: 3\n\x00\xff\n")
+    err = _one_line(capsys, *command, "--run-dir", str(tmp_path))
+    assert err.startswith(f"spotrl: error: {tmp_path / 'config.yaml'}:2:")
+
+
+@pytest.mark.parametrize("seconds", ["-5", "inf", "nan", "soon"])
+def test_a_grace_period_that_is_not_a_finite_duration_is_refused_at_parsing(capsys, seconds):
+    with pytest.raises(SystemExit) as stop:
+        main(["train", f"--grace-seconds={seconds}"])
+    assert stop.value.code == 2
+    assert "argument --grace-seconds:" in capsys.readouterr().err.splitlines()[-1]
+
+
+def test_bad_config_files_end_the_real_command_with_exit_2_and_one_line(tmp_path):
+    """The exit-code contract end to end, in a process of its own as a user's shell runs it: a YAML
+    syntax error in --config, and a run directory whose config.yaml is garbage."""
+    import subprocess
+    import sys
+
+    (tmp_path / "bad.yaml").write_text("rollout: {group_size: 4\n")
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "config.yaml").write_bytes(b"\xff")
+    for argv, named in [
+        (["train", "--config", str(tmp_path / "bad.yaml"), "--run-dir", str(tmp_path / "r")], "bad.yaml:2:1:"),
+        (["eval", "--run-dir", str(tmp_path / "run")], "config.yaml:1:1:"),
+    ]:
+        done = subprocess.run([sys.executable, "-m", "spotrl", *argv], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.count("\n") == 1 and named in done.stderr and "Traceback" not in done.stderr, done.stderr
