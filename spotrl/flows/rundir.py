@@ -134,6 +134,10 @@ _HELD: set[str] = set()  # run directories this process holds the lock of
 def _locked(run_dir: AnyPath):
     if isinstance(run_dir, RemotePath):
         try:
+            check_reachable(run_dir)  # a missing bucket is named, before a lease is tried on it
+        except StorageError as err:
+            raise RunDirError(str(err)) from None
+        try:
             with object_lease(run_dir / ".lock"):
                 yield
         except LeaseHeld as held:

@@ -109,7 +109,8 @@ def record_files(run_dir: str | AnyPath, kind: str) -> dict[int, AnyPath]:
     folder = as_path(run_dir) / kind
     if not folder.exists():
         return {}
-    return {int(p.stem.removeprefix("iter_")): p for p in folder.glob("iter_*.json") if p.stem[5:].isdigit()}
+    found = {p.name.removeprefix("iter_").removesuffix(".json"): p for p in folder.glob("iter_*.json")}
+    return {int(number): p for number, p in found.items() if number.isdigit()}
 
 
 def damaged_records(run_dir: str | AnyPath, kind: str) -> dict[AnyPath, str]:

@@ -28,13 +28,15 @@ from spotrl.tasks.context import get_context
 pytestmark = pytest.mark.slow  # end to end: whole runs, damaged and resumed
 
 ITERATIONS = 4
+# the smoke preset earns no reward in 4 iterations: the entropy bonus makes every update move the
+# weights, so "ends at the uninterrupted run's digest" is not true of any run that never changes them
+CHANGES = [f"iterations={ITERATIONS}", "algorithm.entropy_coef=0.01"]
+TRAIN = ["train", "--config", "smoke", *(arg for change in CHANGES for arg in ("--set", change))]
 
 
 @pytest.fixture(scope="module")
 def config():
-    return build_config(
-        None, [o for o in TINY_OVERRIDES if not o.startswith("iterations=")] + [f"iterations={ITERATIONS}"]
-    )
+    return build_config(None, [o for o in TINY_OVERRIDES if not o.startswith("iterations=")] + CHANGES)
 
 
 @pytest.fixture(scope="module")
@@ -60,6 +62,8 @@ def _resume(run_dir, config):
 
 
 def _assert_same(run_dir, finished):
+    versions = WeightStore(finished / "weights")
+    assert len({versions.digest(v) for v in versions.versions()}) > 1  # the run's updates change the weights
     assert WeightStore(run_dir / "weights").verified_digest() == WeightStore(finished / "weights").verified_digest()
     for name in ("metrics.jsonl", "eval.jsonl"):
         assert [strip_timing(r) for r in read_jsonl(run_dir / name)] == [
@@ -196,8 +200,7 @@ def test_a_second_warm_started_run_on_a_busy_directory_is_refused_before_it_seed
     run_dir = tmp_path / "new"
     holder = _hold_lock(run_dir)  # the first `train --warm-start-from` on this new directory
     try:
-        code = main(["train", "--config", "smoke", "--set", f"iterations={ITERATIONS}",
-                     "--warm-start-from", str(finished), "--run-dir", str(run_dir)])  # fmt: skip
+        code = main([*TRAIN, "--warm-start-from", str(finished), "--run-dir", str(run_dir)])
     finally:
         holder.kill()
         holder.wait()
@@ -221,8 +224,7 @@ def test_a_finished_run_longer_than_checkpoint_keep_still_seeds_a_warm_start(fin
 def test_a_resume_under_another_config_is_refused_whatever_files_are_missing(finished, config, tmp_path, capsys):
     run_dir = _copy(finished, tmp_path)
     (run_dir / "config.yaml").unlink()
-    code = main(["train", "--config", "smoke", "--set", f"iterations={ITERATIONS}",
-                 "--set", "optimizer.learning_rate=0.001", "--run-dir", str(run_dir)])  # fmt: skip
+    code = main([*TRAIN, "--set", "optimizer.learning_rate=0.001", "--run-dir", str(run_dir)])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1, err
     assert "differing keys: optimizer.learning_rate; recorded in checkpoint 4, config.yaml is missing" in err[0]
@@ -311,12 +313,14 @@ def test_damage_matrix_what_a_resume_decides(finished, other, config, tmp_path, 
     expected = damage_matrix.MATRIX[name][how]
     if isinstance(expected, damage_matrix.Refused):
         assert isinstance(decided, damage_matrix.Refused) and expected.names in decided.names, decided
-        assert len(decided.names.splitlines()) == 1
+        # the CLI prints it after "spotrl: error: " and exits 2; a config that does not validate adds
+        # one line per offending key
+        assert expected.names in decided.names.splitlines()[0] and "Traceback" not in decided.names
         return
     assert decided == expected
     assert rundir.read_config(run_dir) == config  # config.yaml is there (written again when it was missing)
-    for view in ("metrics.jsonl", "eval.jsonl"):  # rebuilt from the per-iteration records
-        kept = [r for r in read_jsonl(finished / view) if r["iteration"] <= decided.after]
-        assert read_jsonl(run_dir / view) == kept
+    for kind in ("metrics", "eval"):  # the views are rebuilt from the per-iteration records
+        records = [json.loads(p.read_text()) for p in sorted((run_dir / kind).glob("iter_*.json"))]
+        assert read_jsonl(run_dir / f"{kind}.jsonl") == records
     weights = WeightStore(run_dir / "weights")
     assert weights.pointer() == max(weights.versions())  # LATEST names the newest complete version
