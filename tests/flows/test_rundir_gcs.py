@@ -9,6 +9,7 @@ import contextlib
 import io
 import json
 import os
+import socket
 import subprocess
 import time
 
@@ -161,10 +162,21 @@ def test_run_lease_on_gcs_excludes_a_second_trainer_and_outlives_no_one(bucket, 
     with rundir.exclusive(run):
         holder = json.loads(lock.read_bytes())
         assert holder["pid"] == os.getpid() and holder["expires_unix"] > time.time()
-        with pytest.raises(rundir.RunDirError, match=f"{run} is being trained by pid {os.getpid()} on "):
+        with rundir.exclusive(run):  # this process again (`spotrl train`, then its flow): the same lease
+            assert json.loads(lock.read_bytes()) == holder
+    assert not lock.exists()
+
+    # a second trainer: another live process on this host holds it
+    live = subprocess.Popen(["sleep", "60"])
+    try:
+        lease = {"holder": f"pid {live.pid} on {socket.gethostname()}", "pid": live.pid, "host": socket.gethostname()}
+        lock.write_bytes(json.dumps({**lease, "expires_unix": time.time() + 600}).encode())
+        with pytest.raises(rundir.RunDirError, match=f"{run} is being trained by pid {live.pid} on "):
             with rundir.exclusive(run):
                 pass
-    assert not lock.exists()
+    finally:
+        live.kill()
+        live.wait()
 
     # SIGKILLed on this host: its pid is gone, so the lease is taken over at once
     dead = subprocess.Popen(["true"])
