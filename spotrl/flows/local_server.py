@@ -20,6 +20,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 
 from spotrl.ports import free_port
 
@@ -80,10 +81,14 @@ _IDLE_SERVICES = (
 
 # The task-run recorder writes each task-run event in a transaction of its own by default (batch
 # size 1): ~14 ms of server CPU per task run on these cores, more than the flow's own engine.
-# Batched, the task runs reach the UI up to a second later at about a third of the cost.
-_RECORDER_BATCHING = {
+# Batched, the task runs reach the UI up to a second later at about a third of the cost. The event
+# persister flushes every second too (its default, every 5 s or 20 events, would hold the server's
+# stop up to 5 s: it is stopped once the last event is written, see `_wait_recorded`).
+_BATCHING = {
     "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_BATCH_SIZE": "100",
     "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_FLUSH_INTERVAL": "1",
+    "PREFECT_SERVER_SERVICES_EVENT_PERSISTER_BATCH_SIZE": "100",
+    "PREFECT_SERVER_SERVICES_EVENT_PERSISTER_FLUSH_INTERVAL": "1",
 }
 
 # The server only records what the run did: at the lowest CPU priority it works in the gaps XLA
@@ -102,7 +107,7 @@ def local_api_server(timeout: float = 120.0):
     port = free_port()
     url = f"http://127.0.0.1:{port}/api"
     env = {
-        **_RECORDER_BATCHING,
+        **_BATCHING,
         **os.environ,
         **get_current_settings().to_environment_variables(exclude_unset=True),
         "PREFECT_UI_ENABLED": "0",
@@ -149,37 +154,75 @@ def _drain_prefect_workers() -> None:
 _OPEN_STATES = ("SCHEDULED", "PENDING", "RUNNING", "PAUSED", "CANCELLING")
 
 
-def _wait_recorded(url: str, since: datetime.datetime, settle: float = 2.5, timeout: float = 30.0) -> None:
-    """Let the server record the task-run events it holds before it is stopped.
+def _wait_recorded(
+    url: str, since: datetime.datetime, settle: float = 2.5, settle_answers: int = 4, timeout: float = 30.0
+) -> None:
+    """Let the server write what it holds before it is stopped.
 
-    The task-run recorder writes events in batches (every second, or 100 events); a server stopped
-    with a batch pending cancels the write (a traceback on the terminal) and leaves those task runs
-    non-final in its database. The events have reached the server (the client drained its queues):
-    wait until the task runs of this server's lifetime stop changing for `settle` seconds (a few
-    flush intervals), at most `timeout`. Task runs still not final then get one line, not a trace.
+    Its task-run recorder and event persister write in batches, and stopping the server cancels a
+    batch being written: SQLAlchemy logs the interrupted transaction with a traceback on the
+    terminal, and task runs stay non-final in its database. Under load the niced server lags behind
+    the flow by many batches, and answers slowly. The client has drained its queues, so the events
+    are on the server; wait until the persister has written one more, sent now (it writes events in
+    the order they arrive), and the task runs of this server's lifetime and the events have stopped
+    changing for `settle` seconds (a few flush intervals) and `settle_answers` answers (a server
+    that answers slowly flushes slowly too). Give up after `timeout` seconds without progress;
+    what is still unwritten then gets one line, not a trace.
     """
     import httpx
 
+    last_event = str(uuid.uuid4())
+    stopping = {
+        "id": last_event,
+        "occurred": datetime.datetime.now(datetime.UTC).isoformat(),
+        "event": "spotrl.local-server.stopping",
+        "resource": {"prefect.resource.id": "spotrl.local-server"},
+    }
     window = {"expected_start_time": {"after_": since.isoformat()}}
     queries = ({"task_runs": window}, {"task_runs": {**window, "state": {"type": {"any_": list(_OPEN_STATES)}}}})
-    deadline, last, stable_since = time.monotonic() + timeout, None, time.monotonic()
+    events, by_id = {"limit": 0}, {"filter": {"id": {"id": [last_event]}}, "limit": 0}  # their number only
+    last, persisted, answers = None, False, 0
+    stable_since = time.monotonic()
+    deadline = stable_since + timeout
     try:
-        with httpx.Client(base_url=url, timeout=5) as client:
+        with httpx.Client(base_url=url) as client:
+
+            def ask(path: str, body):  # a late answer is no failure: wait for it as long as the deadline allows
+                answer = client.post(path, json=body, timeout=max(deadline - time.monotonic(), 0.1))
+                return answer.raise_for_status().json() if answer.content else None
+
+            ask("/events", [stopping])
             while True:
-                counts = tuple(client.post("/task_runs/count", json=q).raise_for_status().json() for q in queries)
+                counts = (
+                    *(ask("/task_runs/count", query) for query in queries),
+                    ask("/events/filter", events)["total"],
+                )
+                found = persisted or ask("/events/filter", by_id)["total"] > 0
                 now = time.monotonic()
-                if counts != last:
-                    last, stable_since = counts, now
-                elif now - stable_since >= settle or now >= deadline:
+                if counts != last or found != persisted:
+                    last, persisted, answers, stable_since, deadline = counts, found, 0, now, now + timeout
+                answers += 1
+                if (persisted and now - stable_since >= settle and answers >= settle_answers) or now >= deadline:
                     break
                 time.sleep(0.25)
+    except httpx.TimeoutException:
+        pass  # the deadline passed while the server was answering: told below, as any deadline
     except httpx.HTTPError as err:
         print(f"spotrl: warning: could not check what the local Prefect server recorded ({err})", file=sys.stderr)
+        return
+    if last is None:
+        print(f"spotrl: warning: the local Prefect server did not answer in {timeout:.0f} s", file=sys.stderr)
         return
     if last[1]:
         print(
             f"spotrl: warning: {last[1]} of {last[0]} task runs were not in a final state when the local Prefect "
             "server stopped (their states in its database are stale)",
+            file=sys.stderr,
+        )
+    if not persisted:
+        print(
+            f"spotrl: warning: the local Prefect server had not written all events after {timeout:.0f} s "
+            "without progress; stopping it (the newest may be missing from its event feed)",
             file=sys.stderr,
         )
 

@@ -1,9 +1,11 @@
 """The private Prefect server `spotrl train` starts: stopping it loses no task-run state.
 
 The server's task-run recorder writes events in batches; stopped with a batch pending, it cancelled
-the write (a traceback on the terminal) and left task runs Running in its database forever. Each
-case runs in a process of its own with a fresh PREFECT_HOME and no PREFECT_API_URL, as a user's
-`spotrl train` does, then reads the server's SQLite database directly.
+the write (a traceback on the terminal) and left task runs Running in its database forever. On a
+loaded machine the server lags behind the flow, and the write in flight when it was stopped was
+cancelled (SQLAlchemy's "Exception during reset" traceback). Each case runs in a process of its
+own with a fresh PREFECT_HOME and no PREFECT_API_URL, as a user's `spotrl train` does, then reads
+the server's SQLite database directly.
 """
 
 import os
@@ -15,6 +17,7 @@ import pytest
 from support import TINY_OVERRIDES
 
 from spotrl.chaos import train_command
+from spotrl.flows.local_server import SERVER_NICENESS
 
 pytestmark = pytest.mark.slow  # end to end: `spotrl train` and its private Prefect server
 
@@ -34,6 +37,8 @@ def many(n: int) -> int:
     return sum(tiny.map(range(n)).result())
 
 with local_api_server():
+    if len(sys.argv) > 2:
+        open(sys.argv[2], "w").close()  # the server is up: the busy processes of cpu_load start
     assert many(int(sys.argv[1])) == sum(range(int(sys.argv[1])))
 """
 
@@ -49,17 +54,49 @@ def _task_run_states(home) -> dict[str, int]:
         return dict(db.execute("select state_type, count(*) from task_run group by state_type").fetchall())
 
 
-def test_every_task_run_is_recorded_before_the_server_stops(tmp_path):
+BUSY = """
+import os, sys, time
+os.nice(int(sys.argv[1]))
+while not os.path.exists(sys.argv[2]):
+    time.sleep(0.1)
+while True:
+    pass
+"""
+
+
+@pytest.fixture(params=["idle", "loaded"])
+def cpu_load(request, tmp_path):
+    """None, or a file whose creation starts 5 x cpu_count busy-looping processes (killed after the
+    test): a loaded machine, where the server lags behind the flow (a `make test` once printed a
+    cancelled database write at the server's shutdown). The flow's process creates the file once its
+    server is up: the load is on the flow and the shutdown, not on a start that has its own time
+    limit. The loops run at the server's niceness: at niceness 0 they would leave it almost no CPU
+    (19 weighs 1/68 of 0); at its own they leave it a sixth of a core or so, slower than the flow
+    that feeds it, which runs at 0 (2 x cpu_count left it enough to keep up on an idle machine)."""
+    if request.param == "idle":
+        yield None
+        return
+    go = tmp_path / "load-go"
+    command = [sys.executable, "-c", BUSY, str(SERVER_NICENESS), str(go)]
+    processes = [subprocess.Popen(command) for _ in range(5 * (os.cpu_count() or 1))]
+    yield go
+    for process in processes:
+        process.kill()
+        process.wait()
+
+
+def test_every_task_run_is_recorded_before_the_server_stops(tmp_path, cpu_load):
     out = subprocess.run(
-        [sys.executable, "-c", MANY_TASKS, "1000"],
+        [sys.executable, "-c", MANY_TASKS, "1000", *([str(cpu_load)] if cpu_load else [])],
         env=_private_env(tmp_path),
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=600,  # loaded, the server records the 1000 task runs minutes after the flow ends
     )
     assert out.returncode == 0, out.stderr
     assert _task_run_states(tmp_path) == {"COMPLETED": 1000}
     assert "Traceback" not in out.stderr and "not in a final state" not in out.stderr, out.stderr
+    assert "ERROR" not in out.stderr and "not written all events" not in out.stderr, out.stderr
 
 
 def test_a_successful_train_prints_no_error_and_records_every_task_run(tmp_path):
