@@ -64,18 +64,15 @@ while True:
 """
 
 
-@pytest.fixture(params=["idle", "loaded"])
-def cpu_load(request, tmp_path):
-    """None, or a file whose creation starts 5 x cpu_count busy-looping processes (killed after the
-    test): a loaded machine, where the server lags behind the flow (a `make test` once printed a
-    cancelled database write at the server's shutdown). The flow's process creates the file once its
-    server is up: the load is on the flow and the shutdown, not on a start that has its own time
-    limit. The loops run at the server's niceness: at niceness 0 they would leave it almost no CPU
-    (19 weighs 1/68 of 0); at its own they leave it a sixth of a core or so, slower than the flow
-    that feeds it, which runs at 0 (2 x cpu_count left it enough to keep up on an idle machine)."""
-    if request.param == "idle":
-        yield None
-        return
+@pytest.fixture
+def cpu_load(tmp_path):
+    """A file whose creation starts 5 x cpu_count busy-looping processes (killed after the test): a loaded machine,
+    where the server lags behind the flow (a `make test` once printed a cancelled database write at the server's
+    shutdown; unloaded, the test is the easier case of the same). The flow's process creates the file once its
+    server is up: the load is on the flow and the shutdown, not on a start that has its own time limit. The loops
+    run at the server's niceness: at niceness 0 they would leave it almost no CPU (19 weighs 1/68 of 0); at its own
+    they leave it a sixth of a core or so, slower than the flow that feeds it, which runs at 0 (2 x cpu_count left
+    it enough to keep up on an idle machine)."""
     go = tmp_path / "load-go"
     command = [sys.executable, "-c", BUSY, str(SERVER_NICENESS), str(go)]
     processes = [subprocess.Popen(command) for _ in range(5 * (os.cpu_count() or 1))]
@@ -87,7 +84,7 @@ def cpu_load(request, tmp_path):
 
 def test_every_task_run_is_recorded_before_the_server_stops(tmp_path, cpu_load):
     out = subprocess.run(
-        [sys.executable, "-c", MANY_TASKS, "1000", *([str(cpu_load)] if cpu_load else [])],
+        [sys.executable, "-c", MANY_TASKS, "1000", str(cpu_load)],
         env=_private_env(tmp_path),
         capture_output=True,
         text=True,
