@@ -200,7 +200,12 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141  # as a shell reports a command killed by SIGPIPE
     except Exception as err:  # noqa: BLE001 - the CLI turns known errors into one clear line
+        from spotrl.flows.local_server import LocalServerError
         from spotrl.storage.failures import EXIT_ENVIRONMENT, environment_failure
+
+        if isinstance(err, LocalServerError):
+            print(f"spotrl: error: {err}", file=sys.stderr)
+            return EXIT_ENVIRONMENT
 
         failure = environment_failure(err, getattr(args, "run_dir", None))
         if failure is not None:

@@ -7,7 +7,7 @@ CLI starts the same server itself, through a tiny launcher that asks Linux to SI
 parent dies (prctl PR_SET_PDEATHSIG survives exec), and points Prefect at it. With PREFECT_API_URL
 set (a shared server), nothing is started.
 
-    python -m spotrl.flows.local_server PARENT_PID NICENESS -- COMMAND...   (the launcher)
+    python -m spotrl.flows.local_server PARENT_PID -- COMMAND...   (the launcher)
 """
 
 from __future__ import annotations
@@ -49,20 +49,27 @@ def _server_command(port: int) -> list[str]:
     ]
 
 
+class LocalServerError(RuntimeError):
+    """The private server did not start: the environment's fault (no port, an overloaded machine), not the run's."""
+
+
 def _wait_healthy(process: subprocess.Popen, url: str, timeout: float) -> None:
     import httpx
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"the local Prefect server exited with code {process.returncode} while starting")
+            raise LocalServerError(f"the local Prefect server exited with code {process.returncode} while starting")
         try:
             if httpx.get(f"{url}/health", timeout=2).status_code == 200:
                 return
         except httpx.HTTPError:
             pass
         time.sleep(0.1)
-    raise RuntimeError(f"the local Prefect server at {url} was not healthy after {timeout:.0f} s")
+    raise LocalServerError(
+        f"the local Prefect server at {url} did not answer in {timeout:.0f} s (is the machine overloaded?); "
+        "run the same command again, or point PREFECT_API_URL at a running server"
+    )
 
 
 # Services a private server of one local flow run has no use for (schedules, deployments' late runs,
@@ -93,7 +100,18 @@ _BATCHING = {
 
 # The server only records what the run did: at the lowest CPU priority it works in the gaps XLA
 # leaves instead of preempting the training threads (no task waits on it, events are sent async).
+# It starts at its parent's priority, though: the flow waits for its start (imports, migrations: a
+# few CPU-seconds), which at niceness 19 on a busy machine took longer than any sane limit.
 SERVER_NICENESS = 19
+
+
+def lower_priority(pid: int, niceness: int) -> None:
+    """Set the niceness of every thread of `pid` (Linux keeps it per thread; new threads inherit their creator's)."""
+    tasks = f"/proc/{pid}/task"
+    for _ in range(2):  # a thread started while the first pass ran is caught by the second
+        for tid in os.listdir(tasks) if os.path.isdir(tasks) else [pid]:
+            with contextlib.suppress(ProcessLookupError):
+                os.setpriority(os.PRIO_PROCESS, int(tid), niceness)
 
 
 @contextlib.contextmanager
@@ -113,21 +131,16 @@ def local_api_server(timeout: float = 120.0):
         "PREFECT_UI_ENABLED": "0",
         "PREFECT__SERVER_EPHEMERAL": "1",
         "PREFECT__SERVER_FINAL": "1",
+        # its telemetry heartbeat writes a session row at start, racing the migrations ("database is locked")
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
         **{f"PREFECT_SERVER_SERVICES_{name}_ENABLED": "false" for name in _IDLE_SERVICES},
     }
-    command = [
-        sys.executable,
-        "-m",
-        "spotrl.flows.local_server",
-        str(os.getpid()),
-        str(SERVER_NICENESS),
-        "--",
-        *_server_command(port),
-    ]
+    command = [sys.executable, "-m", "spotrl.flows.local_server", str(os.getpid()), "--", *_server_command(port)]
     started = datetime.datetime.now(datetime.UTC)
     process = subprocess.Popen(command, env=env)
     try:
         _wait_healthy(process, url, timeout)
+        lower_priority(process.pid, SERVER_NICENESS)
         with temporary_settings(updates={PREFECT_API_URL: url}):
             try:
                 yield process
@@ -238,18 +251,17 @@ def stop(process: subprocess.Popen | None) -> None:
         process.wait()
 
 
-def _launch(parent_pid: int, niceness: int, command: list[str]) -> None:
-    """Arrange SIGTERM on the parent's death, lower the priority, then become `command`."""
+def _launch(parent_pid: int, command: list[str]) -> None:
+    """Arrange SIGTERM on the parent's death, then become `command`."""
     if sys.platform.startswith("linux"):
         libc = ctypes.CDLL(None, use_errno=True)
         if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
             raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
     if os.getppid() != parent_pid:  # the parent died before the death signal was armed
         sys.exit(1)
-    os.nice(niceness)  # before exec: every thread the server starts inherits it
     os.execv(command[0], command)
 
 
 if __name__ == "__main__":
-    _parent, _niceness, _sep, *_command = sys.argv[1:]
-    _launch(int(_parent), int(_niceness), _command)
+    _parent, _sep, *_command = sys.argv[1:]
+    _launch(int(_parent), _command)
