@@ -526,6 +526,13 @@ class AlgorithmConfig(_Section):
         description="truncated importance weight min(pi_prox / pi_behaviour, cap) "
         "on stale rollouts (rollout.max_staleness >= 1)",
     )
+    old_logprobs: Literal["auto", "recompute", "sampler"] = Field(
+        "auto",
+        description="the logprobs the importance ratio is taken against: recompute (a forward pass of the "
+        "trainer's weights over the rollouts), sampler (the behaviour logprobs the sampler recorded, no pass), "
+        "auto (sampler where the two can differ only by float rounding: on-policy, float32, the trainer's "
+        "devices, no critic; recompute otherwise)",
+    )
     minibatches: int = Field(4, gt=0, description="optimizer steps per epoch over an iteration's rollouts")
     epochs: int = Field(1, gt=0, description="passes over an iteration's rollouts")
     micro_batches: int = Field(
@@ -659,6 +666,11 @@ class RunConfig(_Section):
             raise ValueError(
                 f"weights.keep ({self.weights.keep}) must be >= rollout.max_staleness + 1 "
                 f"({self.rollout.max_staleness + 1}): stale rollouts need those versions"
+            )
+        if self.algorithm.old_logprobs == "sampler" and self.rollout.max_staleness > 0:
+            raise ValueError(
+                "algorithm.old_logprobs 'sampler' needs rollout.max_staleness 0: stale rollouts are corrected "
+                "with the trainer's logprobs (use recompute or auto)"
             )
         problem = registry("problem")[self.problem.name]
         if problem.check_config is not None:  # what only this problem needs (built-in prompts, sources)

@@ -3,13 +3,15 @@ update on a training batch, and the metadata each checkpoint records with the tr
 
 `update_on_batch` rescores the sampled tokens with the trainer's weights (the "proximal" policy: on
 policy its logprobs must equal the sampler's, off policy they give the truncated importance weights
-that correct for stale rollouts), scores them under the reference policy for a KL term, then runs
+that correct for stale rollouts) unless the sampler's recorded logprobs can stand in for them
+(`uses_sampler_logprobs`), scores them under the reference policy for a KL term, then runs
 `policy_update`. No Prefect and no run directory: the stage task in spotrl/tasks/stages.py reads the
 rollouts and saves what this returns.
 """
 
 from __future__ import annotations
 
+import jax
 import numpy as np
 
 from spotrl.model.sequences import completion_mask, join
@@ -50,14 +52,18 @@ def update_on_batch(
     scoring = build_scoring_fn(graphdef, r.temperature, critic_graphdef)
     all_tokens, all_valid = join(prompt_tokens, prompt_valid, tokens, lengths)
     width = tokens.shape[1]
-    prox_logprobs, old_values = scoring(state["params"], state.get("critic"), all_tokens, all_valid, width)
-    prox_logprobs = np.asarray(prox_logprobs)
-    old_values = None if old_values is None else np.asarray(old_values)
+    real = completion_mask(np.where(np.arange(len(lengths)) < batch.real_rows, lengths, 0), width)
+    sampler = uses_sampler_logprobs(config)
+    prox_logprobs, old_values, alignment = behaviour_logprobs, None, {}
+    if not sampler or critic_graphdef is not None:  # a critic's values at sampling time need the pass too
+        logprobs, values = scoring(state["params"], state.get("critic"), all_tokens, all_valid, width)
+        old_values = None if values is None else np.asarray(values)
+        if not sampler:
+            prox_logprobs = np.asarray(logprobs)
+            alignment = importance_statistics(prox_logprobs, behaviour_logprobs, real, a.importance_cap)
     ref_logprobs = None
     if reference_params is not None:
         ref_logprobs = np.asarray(scoring(reference_params, None, all_tokens, all_valid, width)[0])
-    real = completion_mask(np.where(np.arange(len(lengths)) < batch.real_rows, lengths, 0), width)
-    alignment = importance_statistics(prox_logprobs, behaviour_logprobs, real, a.importance_cap)
     behaviour_weights = None
     if r.max_staleness > 0:
         behaviour_weights = truncated_weights(prox_logprobs, behaviour_logprobs, real, a.importance_cap)
@@ -94,6 +100,28 @@ def update_on_batch(
     )
     metrics.update(alignment)
     return state, metrics
+
+
+def uses_sampler_logprobs(config) -> bool:
+    """Whether the update takes its ratio against the sampler's recorded logprobs instead of rescoring the
+    rollouts with the trainer's weights (`algorithm.old_logprobs`). `auto` skips the pass only where both
+    are the same function of the same weights on the same devices, so they differ by float rounding alone
+    (~1e-6 in float32): on-policy, float32 throughout, one device of this process, no critic (whose
+    values need the pass anyway). Stale rollouts, bf16 (sampler/trainer mismatch ~1e-2), a mesh or Ray
+    workers (other reduction orders, other hardware) recompute."""
+    choice = config.algorithm.old_logprobs
+    if choice != "auto":
+        return choice == "sampler"
+    m, r = config.model, config.rollout
+    return (
+        r.max_staleness == 0
+        and m.dtype == "float32"
+        and m.resolved_compute_dtype == "float32"
+        and m.mesh.fsdp * m.mesh.tp == 1
+        and r.task_runner == "threads"
+        and config.algorithm.value.head == "none"
+        and jax.process_count() == 1
+    )
 
 
 def starting_params(

@@ -47,6 +47,7 @@ SHAPE = dict(
 OVERRIDES = [o for o in TINY_OVERRIDES if not o.startswith("iterations=")] + [
     "iterations=2",
     "rollout.max_new_tokens=6",
+    "algorithm.old_logprobs=recompute",  # the trainer rescores the loaded weights' samples: the two must agree
 ]
 
 

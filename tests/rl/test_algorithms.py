@@ -48,9 +48,11 @@ def test_preset_raises_mean_reward(name, warm_start_run, tmp_path):
     first, last = np.mean(rewards[:3]), np.mean(rewards[-3:])
     assert last > first + 0.1, (name, rewards)
 
-    if name == "grpo":  # on-policy: the trainer's recomputed logprobs are the sampler's (alignment)
+    if name == "ppo":  # on-policy with a critic: the pass runs, and its logprobs are the sampler's (alignment)
         assert max(m["logprob_max_abs_diff"] for m in metrics) < 1e-4
         assert all(abs(m["importance_ratio_mean"] - 1) < 1e-5 and m["staleness"] == 0 for m in metrics)
+    if name == "grpo":  # on-policy in float32 without a critic: the ratio is taken against the sampler's logprobs
+        assert all("logprob_max_abs_diff" not in m for m in metrics)
     keys = metrics[-1].keys()
     if name == "rft":  # the supervised step on the verified samples: no ratio, no advantage
         assert {"loss", "kept_fraction", "kept_rows"} <= keys and "clip_frac" not in keys
