@@ -2,7 +2,6 @@
 
 import jax
 import numpy as np
-import pandas as pd
 import pytest
 
 from spotrl.config import RunConfig
