@@ -42,6 +42,7 @@ from pathlib import Path
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
+from etils import epath
 
 from spotrl import distributed
 from spotrl.faults import failpoint
@@ -187,7 +188,7 @@ class CheckpointStore:
             item = "packed" if packed else "state"
             wanted = packed_shapes(abstract) if packed else abstract
             if packed:  # orbax would cut or pad an array restored to another shape: refuse instead
-                stored = self._checkpointer.metadata(local).item_metadata["packed"]
+                stored = ocp.StandardCheckpointHandler().metadata(epath.Path(str(local)) / "packed").tree
                 found = {name: tuple(array.shape) for name, array in stored.items()}
                 if found != {name: spec.shape for name, spec in wanted.items()}:
                     raise CheckpointError(

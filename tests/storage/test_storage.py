@@ -97,7 +97,7 @@ def test_a_checkpoint_restores_bit_for_bit_in_either_layout(tmp_path, monkeypatc
     assert {p.name for p in store.path(1).iterdir()} >= {"packed" if packed else "state", "meta"}
     assert not (store.path(1) / ("state" if packed else "packed")).exists()
     monkeypatch.undo()  # the reader follows the directory, whatever the limit is now
-    restored, meta = store.restore(1, state)
+    restored, meta = CheckpointStore(tmp_path).restore(1, state)  # a new store: as a resumed process reads it
     assert meta == {"iteration": 1}
     for a, b in zip(jax.tree.leaves(state), jax.tree.leaves(restored)):
         assert a.dtype == b.dtype and a.shape == b.shape
@@ -111,8 +111,8 @@ def test_a_packed_checkpoint_of_another_shape_is_refused(tmp_path):
     store.seal(1)
     other = _state()
     other["params"]["b"] = jnp.ones(4)
-    with pytest.raises(CheckpointError):
-        store.restore(1, other)
+    with pytest.raises(CheckpointError, match=r"iter_000001: holds .* values per dtype"):
+        CheckpointStore(tmp_path).restore(1, other)
 
 
 def test_checkpoint_roundtrip_seal_and_prune_keeping_the_warm_start(tmp_path):
