@@ -125,6 +125,12 @@ def difficulty(config: RunConfig, run_dir: str, iteration: int, weights_version:
     )
 
 
+def _columns(split, rows: list[int]) -> dict[str, list]:
+    """The split's `rows` as one list per column: a `datasets` column iterated reads one row at a time
+    (~0.1 ms each, ~35 ms of every default iteration), a slice reads them at once."""
+    return split.select(rows)[:]
+
+
 @task(name="rollout-plan", task_run_name=_plan_run_name, **STAGE_OPTIONS)
 def rollout_plan(
     config: RunConfig, run_dir: str, iteration: int, generation_round: int = 0, difficulty: dict | None = None
@@ -145,7 +151,7 @@ def rollout_plan(
         "iteration": iteration,
         "round": generation_round,
         "rows": rows.tolist(),  # the round's prompts (training rows), in the order their keys follow
-        **shards.plan_round(train.select(rows.tolist()), ctx.tokenizer, record, r),  # positions in `rows`
+        **shards.plan_round(_columns(train, rows.tolist()), ctx.tokenizer, record, r),  # positions in `rows`
     }
 
 
@@ -161,7 +167,7 @@ def rollout(
     ctx = get_context(run_dir, config)
     r, train = config.rollout, ctx.split("train")
     positions = plan["shards"][shard]
-    prompts = train.select([plan["rows"][i] for i in positions])
+    prompts = _columns(train, [plan["rows"][i] for i in positions])
     started = time.perf_counter()
     completions = sample_completions(
         LoadedPolicy(ctx.policy.graphdef, ctx.pull(weights["version"]), ctx.tokenizer),
