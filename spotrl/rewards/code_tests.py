@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import json
+import threading
 from dataclasses import dataclass, field
 
 
@@ -65,10 +66,16 @@ def _literal(node: ast.AST):
         return False, None
 
 
+# CPython 3.11's AST constructor keeps its recursion depth in state the threads share: two reward threads
+# parsing at once failed with "SystemError: AST constructor recursion depth mismatch" (a CI run)
+_PARSING = threading.Lock()
+
+
 def plan_tests(source: str) -> TestPlan:
     """Split a tests file into steps (parsed with `ast`, never executed here)."""
     try:
-        tree = ast.parse(source)
+        with _PARSING:
+            tree = ast.parse(source)
     except SyntaxError as err:
         raise TestsError(f"tests are not valid Python: line {err.lineno}: {err.msg}") from None
     steps = []

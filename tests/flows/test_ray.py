@@ -23,7 +23,13 @@ def test_ray_fan_out_matches_the_thread_pool_even_when_a_worker_dies(prefect_har
     # the Ray run: the first worker to finish sampling a shard SIGKILLs itself before writing it
     killed = tmp_path / "killed-pid"
     env = {**os.environ, "PREFECT_API_URL": PREFECT_API_URL.value(), "SPOTRL_KILL_ONCE": str(killed)}
-    overrides = LEARNING_OVERRIDES + ["iterations=1", "rollout.shards=2", "eval.prompts=8"]
+    # one source of old logprobs for both (auto takes the sampler's on threads, recomputes for Ray workers)
+    overrides = LEARNING_OVERRIDES + [
+        "iterations=1",
+        "rollout.shards=2",
+        "eval.prompts=8",
+        "algorithm.old_logprobs=recompute",
+    ]
     runs, drivers = {}, {}
     for runner in ("threads", "ray"):
         attempt = run_attempt(
