@@ -190,10 +190,11 @@ class CheckpointStore:
             if packed:  # orbax would cut or pad an array restored to another shape: refuse instead
                 stored = ocp.StandardCheckpointHandler().metadata(epath.Path(str(local)) / "packed").tree
                 found = {name: tuple(array.shape) for name, array in stored.items()}
-                if found != {name: spec.shape for name, spec in wanted.items()}:
+                expected = {name: spec.shape for name, spec in wanted.items()}
+                if found != expected:
                     raise CheckpointError(
                         f"{self.path(iteration)}: holds {found} values per dtype, the state it is restored into "
-                        f"{ {name: spec.shape for name, spec in wanted.items()} } (another model or optimizer?)"
+                        f"{expected} (another model or optimizer?)"
                     )
             restored = self._checkpointer.restore(
                 local,
@@ -242,7 +243,8 @@ def packed_shapes(template) -> dict[str, jax.ShapeDtypeStruct]:
 
 
 def unpack(packed: dict, template):
-    """`pack`'s arrays cut back into a state shaped like `template`, on its leaves' devices."""
+    """`pack`'s arrays cut back into a state shaped like `template`, on its leaves' devices (`restore` has
+    checked that they hold exactly its values per dtype)."""
     flat = {name: np.asarray(array) for name, array in packed.items()}
     offsets = dict.fromkeys(flat, 0)
     leaves = []
@@ -252,10 +254,6 @@ def unpack(packed: dict, template):
         offsets[name] += size
         sharding = getattr(leaf, "sharding", None)
         leaves.append(jax.device_put(value, sharding) if sharding is not None else jax.numpy.asarray(value))
-    if any(offsets[name] != len(flat[name]) for name in flat):
-        raise CheckpointError(
-            f"a packed checkpoint holds {dict(zip(flat, map(len, flat.values())))} values, the state template {offsets}"
-        )
     return jax.tree.unflatten(jax.tree.structure(template), leaves)
 
 
