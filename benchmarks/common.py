@@ -42,9 +42,9 @@ def time_best(fn, repeats: int) -> tuple[float, float]:
     return first, best
 
 
-def run_child(script: str, *args: str) -> dict:
+def run_child(script: str, *args: str, env: dict | None = None, cwd: str | None = None) -> dict:
     """Run `script` with `args` in a fresh process (no XLA thread pools competing with torch's);
     returns the JSON object its last stdout line holds."""
     cmd = [sys.executable, os.path.abspath(script), *args]
-    done = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True)
+    done = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True, env=env, cwd=cwd)
     return json.loads(done.stdout.strip().splitlines()[-1])

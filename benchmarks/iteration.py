@@ -38,10 +38,11 @@ import json
 import os
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
+
+from common import run_child  # this script's directory is sys.path[0]; no ROOT on it: a side's PYTHONPATH must win
 
 ROOT = Path(__file__).resolve().parents[1]
 PARTS = ("sample", "score", "old_logprobs", "steps", "checkpoint", "publish")
@@ -142,10 +143,8 @@ def worker(args) -> dict:
 
 
 def _run_side(tree: Path, *args: str) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(tree)}
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", *args]
-    done = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True, env=env, cwd=tree)
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    """A worker run of this script on `tree`'s code (PYTHONPATH first, before the installed spotrl)."""
+    return run_child(__file__, "--worker", *args, env={**os.environ, "PYTHONPATH": str(tree)}, cwd=str(tree))
 
 
 def _summary(runs: list[dict], skip: int) -> dict:
