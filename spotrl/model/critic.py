@@ -13,14 +13,14 @@ import jax.numpy as jnp
 from flax import nnx
 
 from spotrl.config import ModelConfig
-from spotrl.model.transformer import Transformer, forward_hidden
+from spotrl.model.transformer import Dense, Transformer, forward_hidden
 
 
 class Critic(nnx.Module):
     def __init__(self, cfg: ModelConfig, separate: bool, *, rngs: nnx.Rngs):
         self.trunk = Transformer(cfg, rngs=rngs) if separate else None
         # zero init: the first value estimates are 0, so early advantages are the plain returns
-        self.head = nnx.Linear(cfg.hidden_size, 1, kernel_init=nnx.initializers.zeros, rngs=rngs)
+        self.head = Dense(cfg.hidden_size, 1, kernel_init=nnx.initializers.zeros, rngs=rngs)
 
     def __call__(self, policy: Transformer, tokens: jax.Array, valid: jax.Array) -> jax.Array:
         """Values [B, T] (float32) for every position of left-padded rows."""

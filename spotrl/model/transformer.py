@@ -89,6 +89,16 @@ def _dtypes(cfg: ModelConfig) -> tuple[jnp.dtype, jnp.dtype]:
     return jnp.dtype(cfg.dtype), jnp.dtype(cfg.resolved_compute_dtype)
 
 
+class Dense(nnx.Linear):
+    """nnx.Linear applied to a [rows, in] view of its input. XLA:CPU runs the matmuls of a [B, T, in]
+    contraction and of its gradients ~1.5x slower than the same work on [B*T, in] (a train step of
+    the tiny preset: 0.18 s -> 0.12 s); on accelerators the reshapes are free. Same parameters,
+    same paths as nnx.Linear."""
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return super().__call__(x.reshape(-1, x.shape[-1])).reshape(*x.shape[:-1], -1)
+
+
 class RMSNorm(nnx.Module):
     def __init__(self, dim: int, eps: float, dtype=jnp.float32):
         self.weight = nnx.Param(jnp.ones((dim,), dtype))
@@ -107,7 +117,7 @@ class Attention(nnx.Module):
         dtype, compute = _dtypes(cfg)
 
         def dense(i, o, bias):
-            return nnx.Linear(i, o, use_bias=bias, param_dtype=dtype, dtype=compute, rngs=rngs)
+            return Dense(i, o, use_bias=bias, param_dtype=dtype, dtype=compute, rngs=rngs)
 
         self.q_proj = dense(d, cfg.num_heads * hd, cfg.qkv_bias)
         self.k_proj = dense(d, cfg.num_kv_heads * hd, cfg.qkv_bias)
@@ -146,7 +156,7 @@ class MLP(nnx.Module):
         dtype, compute = _dtypes(cfg)
 
         def dense(i, o):
-            return nnx.Linear(i, o, use_bias=False, param_dtype=dtype, dtype=compute, rngs=rngs)
+            return Dense(i, o, use_bias=False, param_dtype=dtype, dtype=compute, rngs=rngs)
 
         self.gate_proj = dense(cfg.hidden_size, cfg.intermediate_size)
         self.up_proj = dense(cfg.hidden_size, cfg.intermediate_size)
@@ -181,7 +191,7 @@ class Transformer(nnx.Module):
         self.lm_head = (
             None
             if cfg.tie_embeddings
-            else nnx.Linear(
+            else Dense(
                 cfg.hidden_size, cfg.vocab_size, use_bias=False, param_dtype=dtype, dtype=compute, rngs=rngs
             )
         )
