@@ -1,6 +1,9 @@
 """One RL iteration of the train flow, as its DAG:
 
-    rollout-plan -> rollout (x shards) -> reward (x shards) -> update -> checkpoint -> publish
+    rollout-plan -> rollout (x shards) -> reward (x shards) -> update -> publish -> checkpoint
+
+The update's train state is published from memory and saved in the background: the checkpoint
+stage, which seals it, runs while the next iteration's rollouts do.
 
 `Stages` calls the stage tasks (spotrl/tasks/stages.py) of one run directory; `LookAhead` owns the
 rounds of rollouts launched ahead of training; `run_iteration` is an iteration's body. The train
@@ -26,6 +29,7 @@ from spotrl.model.compiles import compile_count
 from spotrl.rollout.shards import idle_fraction
 from spotrl.storage.paths import AnyPath
 from spotrl.tasks import stages as stage_tasks
+from spotrl.tasks.context import get_context
 from spotrl.tasks.runlog import say
 
 STAGE_NAMES = (
@@ -98,6 +102,7 @@ class Stages:
             name: getattr(stage_tasks, name).with_options(result_storage=storage, refresh_cache=refresh)
             for name in STAGE_NAMES
         }
+        self._fresh_update = stage_tasks.update.with_options(result_storage=storage, refresh_cache=True)
         # Unwrapped, Prefect walks the nested config twice on every task call, looking for futures
         # to wait on (~3 ms of the ~10 ms a task run costs the flow; benchmarks/README.md). The task
         # still receives the RunConfig, and its cache key is computed from it as unwrapped.
@@ -144,13 +149,18 @@ class Stages:
         return Round(iteration, number, weights, difficulty, plan, sampled, rewarded)
 
     def update(self, iteration: int, previous: dict, scored: list[dict]) -> dict:
-        return self._tasks["update"](self._config, self.root, iteration, previous, scored)
+        # The update's state is in memory only until its checkpoint is sealed: a cached update
+        # without a sealed checkpoint (killed while saving) has nothing behind it, so it runs again
+        # (deterministic: the same state).
+        sealed = self.direct or get_context(self.root, self.config).checkpoints.seal_path(iteration).exists()
+        task = self._tasks["update"] if sealed else self._fresh_update
+        return task(self._config, self.root, iteration, previous, scored)
 
     def checkpoint(self, updated: dict) -> dict:
         return self._tasks["checkpoint"](self._config, self.root, updated)
 
-    def publish(self, sealed: dict) -> dict:
-        return self._tasks["publish"](self._config, self.root, sealed)
+    def publish(self, checkpoint: dict) -> dict:
+        return self._tasks["publish"](self._config, self.root, checkpoint)
 
     def evaluate(self, weights: dict, iteration: int) -> dict:
         return self._tasks["evaluate"](self._config, self.root, weights, iteration)
@@ -242,16 +252,16 @@ class Iteration:
 def run_iteration(
     stages: Stages, ahead: LookAhead, iteration: int, previous: dict, check: Callable[[str], None]
 ) -> Iteration:
-    """One iteration: collect its rollouts, update, checkpoint, publish. `previous` is the sealed
+    """One iteration: collect its rollouts, update, publish, checkpoint. `previous` is the sealed
     checkpoint it continues; `check(where)` stops the run where a preemption is pending."""
     started, compiles_before = time.perf_counter(), compile_count()
     collected = ahead.collect(iteration)
     check(f"in iteration {iteration} after its rollouts were scored")
     updated = stages.update(iteration, previous, collected.scored)
+    weights = stages.publish(updated)
+    ahead.publish(weights)  # the next iterations' rollouts run while the checkpoint is written and sealed
     sealed = stages.checkpoint(updated)
     check(f"in iteration {iteration} after its checkpoint was sealed")
-    weights = stages.publish(sealed)
-    ahead.publish(weights)  # the next iterations' rollouts start before this iteration's bookkeeping
     seconds, compilations = time.perf_counter() - started, compile_count() - compiles_before
     return Iteration(sealed, weights, iteration_metrics(iteration, collected, updated, weights, seconds, compilations))
 

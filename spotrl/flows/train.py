@@ -1,6 +1,6 @@
 """The `train` flow: curate, warm start, then RL iterations as task groups inside one flow run.
 
-    curate -> warm-start -> [rollout-plan -> rollout (x shards) -> reward -> update -> checkpoint -> publish] x N
+    curate -> warm-start -> [rollout-plan -> rollout (x shards) -> reward -> update -> publish -> checkpoint] x N
 
 An iteration takes about a second here, and a sub-flow run costs about 1.1 s of fixed overhead, so
 iterations are groups of tasks in this flow, not sub-flows. Re-running the flow on the same run

@@ -191,9 +191,7 @@ class Transformer(nnx.Module):
         self.lm_head = (
             None
             if cfg.tie_embeddings
-            else Dense(
-                cfg.hidden_size, cfg.vocab_size, use_bias=False, param_dtype=dtype, dtype=compute, rngs=rngs
-            )
+            else Dense(cfg.hidden_size, cfg.vocab_size, use_bias=False, param_dtype=dtype, dtype=compute, rngs=rngs)
         )
 
     def trunk(

@@ -27,10 +27,17 @@ A small state on one device is saved *packed*: one flat array per dtype (item `p
 arrays, not their bytes: the default run's 88 arrays (3.6 MB) took ~4x as long to save as the same
 bytes in two. A large or sharded state keeps one array per leaf (each process writes its own shards,
 and packing would copy a big state once more in host memory). The directory says which layout it holds.
+
+A packed state can also be saved *in the background* (`save(..., background=True)`): the host copy is
+taken at once (the caller may then donate the device buffers), the write runs on this store's own
+thread, one save after another, and `wait(iteration)` returns when it has committed (raising its
+error, if it failed; the next `wait` then writes again). Nothing reads an uncommitted save, so a kill
+mid-write loses only that iteration, as with a synchronous save.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import hashlib
 import json
@@ -67,6 +74,8 @@ class CheckpointStore:
         self.staged = self.remote and distributed.process_count() == 1
         self.keep = keep
         self._checkpointer = ocp.Checkpointer(ocp.CompositeCheckpointHandler())
+        self._writer: concurrent.futures.ThreadPoolExecutor | None = None  # background saves, in order
+        self._pending: dict[int, tuple] = {}  # iteration -> (write, its future or None: write again on wait)
 
     def path(self, iteration: int) -> AnyPath:
         return self.root / f"iter_{iteration:06d}"
@@ -117,25 +126,55 @@ class CheckpointStore:
                     return iteration, meta["config"]
         return None
 
-    def save(self, iteration: int, state, metadata: dict) -> AnyPath:
-        """Save a pytree of arrays and a JSON-able dict; idempotent for a committed iteration."""
+    def save(self, iteration: int, state, metadata: dict, *, background: bool = False) -> AnyPath:
+        """Save a pytree of arrays and a JSON-able dict; idempotent for a committed iteration.
+
+        background: write on this store's thread when the state is packable (else at once); the
+        state's values are copied to the host before this returns. `wait(iteration)` joins it."""
         path = self.path(iteration)
-        if not self.committed(iteration):
-            self.root.mkdir(parents=True, exist_ok=True)
-            failpoint("checkpoint.save", iteration)
-            arrays = {"packed": pack(state)} if packable(state) else {"state": state}
-            with self._staged(path) as local:
-                self._checkpointer.save(
-                    local,
-                    ocp.args.Composite(
-                        **{item: ocp.args.StandardSave(tree) for item, tree in arrays.items()},
-                        meta=ocp.args.JsonSave(metadata),
-                    ),
-                    force=True,
-                )
-                if self.staged:
-                    upload_tree(local, path, last=COMMIT_MARKER)
+        if self.committed(iteration) or iteration in self._pending:
+            return path
+        self.root.mkdir(parents=True, exist_ok=True)
+        arrays = {"packed": pack(state)} if packable(state) else {"state": state}
+        if not (background and "packed" in arrays):
+            self._write(iteration, arrays, metadata, self._checkpointer)
+            return path
+        if self._writer is None:
+            self._writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="spotrl-checkpoint")
+            self._background_checkpointer = ocp.Checkpointer(ocp.CompositeCheckpointHandler())
+
+        def write():
+            self._write(iteration, arrays, metadata, self._background_checkpointer)
+
+        self._pending[iteration] = (write, self._writer.submit(write))
         return path
+
+    def wait(self, iteration: int) -> None:
+        """Return when the background save of `iteration`, if there is one, has committed."""
+        if iteration not in self._pending:
+            return
+        write, future = self._pending[iteration]
+        try:
+            future.result() if future is not None else write()
+        except BaseException:
+            self._pending[iteration] = (write, None)  # a retry of the caller writes again, in its own thread
+            raise
+        del self._pending[iteration]
+
+    def _write(self, iteration: int, arrays: dict, metadata: dict, checkpointer: ocp.Checkpointer) -> None:
+        path = self.path(iteration)
+        failpoint("checkpoint.save", iteration)
+        with self._staged(path) as local:
+            checkpointer.save(
+                local,
+                ocp.args.Composite(
+                    **{item: ocp.args.StandardSave(tree) for item, tree in arrays.items()},
+                    meta=ocp.args.JsonSave(metadata),
+                ),
+                force=True,
+            )
+            if self.staged:
+                upload_tree(local, path, last=COMMIT_MARKER)
 
     @contextlib.contextmanager
     def _staged(self, path: AnyPath):
@@ -157,7 +196,9 @@ class CheckpointStore:
         return self._checksums_at(self.path(iteration))
 
     def seal(self, iteration: int) -> dict:
-        """Record the checksums of a committed checkpoint; returns the seal."""
+        """Record the checksums of a committed checkpoint (a background save of it committed first);
+        returns the seal."""
+        self.wait(iteration)
         if not self.committed(iteration):
             raise CheckpointError(f"{self.path(iteration)}: not committed by orbax, cannot seal")
         files = self._checksums(iteration)

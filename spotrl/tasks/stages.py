@@ -228,7 +228,8 @@ def reward(config: RunConfig, run_dir: str, rollouts: dict) -> dict:
 @task(name="update", task_run_name="update-i{iteration:04d}", **STAGE_OPTIONS)
 @on_every_process
 def update(config: RunConfig, run_dir: str, iteration: int, previous: dict, scored: list[dict]) -> dict:
-    """One policy update on the iteration's scored rollouts; saves the new train state (orbax)."""
+    """One policy update on the iteration's scored rollouts. The new train state stays in memory and
+    is saved (orbax) in the background, while the next rollouts run; the checkpoint stage seals it."""
     ctx = get_context(run_dir, config)
     started = time.perf_counter()
     r = config.rollout
@@ -263,7 +264,7 @@ def update(config: RunConfig, run_dir: str, iteration: int, previous: dict, scor
         metrics["optimizer_steps"],
         batch.frame["weights_version"],
     )
-    path = ctx.checkpoints.save(iteration, state, meta)
+    path = ctx.checkpoints.save(iteration, state, meta, background=True)
     ctx.train_states.put(iteration, state)
     return {
         "uri": str(path),
@@ -276,26 +277,27 @@ def update(config: RunConfig, run_dir: str, iteration: int, previous: dict, scor
 
 @task(name="checkpoint", task_run_name="checkpoint-i{updated[iteration]:04d}", **STAGE_OPTIONS)
 def checkpoint(config: RunConfig, run_dir: str, updated: dict) -> dict:
-    """Seal the saved train state with checksums and apply retention."""
+    """Seal the saved train state with checksums (once its background save has committed) and apply retention."""
     ctx = get_context(run_dir, config)
     ctx.checkpoints.seal(updated["iteration"])
     ctx.checkpoints.prune()
     return ctx.checkpoints.ref(updated["iteration"])
 
 
-@task(name="publish", task_run_name="publish-i{sealed[iteration]:04d}", **STAGE_OPTIONS)
+@task(name="publish", task_run_name="publish-i{checkpoint[iteration]:04d}", **STAGE_OPTIONS)
 @on_every_process
-def publish(config: RunConfig, run_dir: str, sealed: dict) -> dict:
-    """Publish the checkpoint's parameters as weight version == iteration; flips LATEST.
+def publish(config: RunConfig, run_dir: str, checkpoint: dict) -> dict:
+    """Publish the parameters of `checkpoint` (the update's, saved or still saving, or a sealed one)
+    as weight version == iteration; flips LATEST.
 
     Over several processes all of them gather the parameters (a collective), and process 0 writes."""
     ctx = get_context(run_dir, config)
-    iteration = sealed["iteration"]
+    iteration = checkpoint["iteration"]
     state = ctx.train_state(iteration, consume=False)
     params = ctx.policy.to_pure(state["params"])
     if not distributed.is_primary():
         return {}
-    ctx.weights.publish(iteration, params, {"checkpoint": sealed["uri"], "config_digest": config.digest()})
+    ctx.weights.publish(iteration, params, {"checkpoint": checkpoint["uri"], "config_digest": config.digest()})
     return ctx.weights.ref(iteration)
 
 

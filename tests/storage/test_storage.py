@@ -115,6 +115,39 @@ def test_a_packed_checkpoint_of_another_shape_is_refused(tmp_path):
         CheckpointStore(tmp_path).restore(1, other)
 
 
+def test_a_background_save_copies_the_state_at_once_and_commits_before_its_seal(tmp_path):
+    import jax
+
+    store = CheckpointStore(tmp_path)
+    state = jax.tree.map(jnp.asarray, _state())
+    expected = jax.tree.map(np.array, state)
+    store.save(1, state, {"iteration": 1}, background=True)
+    for leaf in jax.tree.leaves(state):
+        leaf.delete()  # as the next train step does by donating them: the save holds its own host copy
+    store.seal(1)  # waits for the write
+    assert store.committed(1) and store.sealed_iterations() == [1]
+    restored, meta = CheckpointStore(tmp_path).restore(1, expected)
+    assert meta == {"iteration": 1}
+    for a, b in zip(jax.tree.leaves(expected), jax.tree.leaves(restored)):
+        np.testing.assert_array_equal(a, np.asarray(b))
+
+
+def test_a_failed_background_save_raises_on_wait_commits_nothing_and_the_next_wait_writes_again(tmp_path):
+    store = CheckpointStore(tmp_path)
+    metadata = {"iteration": 2, "unwritable": object()}  # JSON cannot hold it: the write fails
+    store.save(2, _state(), metadata, background=True)
+    with pytest.raises(TypeError, match="not JSON serializable"):
+        store.wait(2)
+    assert not store.committed(2)
+    with pytest.raises(CheckpointError, match="not sealed"):
+        store.restore(2, _state())
+    del metadata["unwritable"]  # the cause goes away, as a transient one would
+    store.wait(2)  # the retry writes again, in the waiting thread
+    assert store.committed(2)
+    store.seal(2)
+    assert CheckpointStore(tmp_path).restore(2, _state())[1] == {"iteration": 2}
+
+
 def test_checkpoint_roundtrip_seal_and_prune_keeping_the_warm_start(tmp_path):
     store = CheckpointStore(tmp_path, keep=2)
     state = _state()
