@@ -72,7 +72,7 @@ def run_flow(run_dir: str, iterations: int) -> dict:
     }
 
 
-STAGES = ("rollout", "reward", "update", "checkpoint", "publish")  # an iteration's, in order (1 shard)
+STAGES = ("rollout", "reward", "update", "publish", "checkpoint")  # an iteration's, in order (1 shard)
 _body_seconds: list[tuple[str, float]] = []
 
 
