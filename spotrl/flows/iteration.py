@@ -152,7 +152,7 @@ class Stages:
         # The update's state is in memory only until its checkpoint is sealed: a cached update
         # without a sealed checkpoint (killed while saving) has nothing behind it, so it runs again
         # (deterministic: the same state).
-        sealed = self.direct or get_context(self.root, self.config).checkpoints.seal_path(iteration).exists()
+        sealed = self.direct or get_context(self.root, self.config).checkpoints.sealed(iteration)
         task = self._tasks["update"] if sealed else self._fresh_update
         return task(self._config, self.root, iteration, previous, scored)
 

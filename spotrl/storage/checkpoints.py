@@ -74,7 +74,9 @@ class CheckpointStore:
         self.staged = self.remote and distributed.process_count() == 1
         self.keep = keep
         self._checkpointer = ocp.Checkpointer(ocp.CompositeCheckpointHandler())
-        self._writer: concurrent.futures.ThreadPoolExecutor | None = None  # background saves, in order
+        # background saves, one after another, with a checkpointer of their own (both made on first use)
+        self._writer: concurrent.futures.ThreadPoolExecutor | None = None
+        self._background_checkpointer: ocp.Checkpointer | None = None
         self._pending: dict[int, tuple] = {}  # iteration -> (write, its future or None: write again on wait)
 
     def path(self, iteration: int) -> AnyPath:
@@ -86,11 +88,14 @@ class CheckpointStore:
     def committed(self, iteration: int) -> bool:
         return (self.path(iteration) / COMMIT_MARKER).exists()
 
+    def sealed(self, iteration: int) -> bool:
+        return self.seal_path(iteration).exists()
+
     def sealed_iterations(self) -> list[int]:
         if not self.root.exists():
             return []
         found = [int(m.group(1)) for p in self.root.iterdir() if (m := _NAME.match(p.name))]
-        return sorted(i for i in found if self.seal_path(i).exists())
+        return sorted(i for i in found if self.sealed(i))
 
     def leftovers(self) -> list[AnyPath]:
         """orbax temporaries of saves that were killed before their commit rename."""
